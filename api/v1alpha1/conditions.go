@@ -1,0 +1,40 @@
+package v1alpha1
+
+// Condition types shared by gpulab kinds.
+const (
+	// ConditionReady: GPUCluster — every desired pod is Ready; GPUJob — its
+	// cluster is Ready; GPUInventory — the agent's last scan succeeded.
+	ConditionReady = "Ready"
+	// ConditionSchedulable: the gang fits the healthy GPU inventory.
+	ConditionSchedulable = "Schedulable"
+	// ConditionSuspended: stopped on request, gang released.
+	ConditionSuspended = "Suspended"
+	// ConditionComplete: a GPUJob's submitter succeeded.
+	ConditionComplete = "Complete"
+	// ConditionFailed: a GPUJob failed for good.
+	ConditionFailed = "Failed"
+)
+
+// Condition reasons.
+const (
+	// ReasonInsufficientGPUs: no set of healthy nodes can hold the gang.
+	ReasonInsufficientGPUs = "InsufficientGPUs"
+	// ReasonNoMatchingNodes: no node carries the requested product or memory.
+	ReasonNoMatchingNodes = "NoMatchingNodes"
+	// ReasonFits: the gang fits the healthy inventory.
+	ReasonFits = "Fits"
+	// ReasonPodsReady: every desired pod is Ready.
+	ReasonPodsReady = "PodsReady"
+	// ReasonPodsNotReady: some desired pods are not Ready yet.
+	ReasonPodsNotReady = "PodsNotReady"
+	// ReasonSuspendRequested: spec.suspend is true.
+	ReasonSuspendRequested = "SuspendRequested"
+	// ReasonDeadlineExceeded: activeDeadlineSeconds passed.
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonBackoffLimitExceeded: every retry failed.
+	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
+	// ReasonScanSucceeded: the agent's last NVML scan succeeded.
+	ReasonScanSucceeded = "ScanSucceeded"
+	// ReasonScanFailed: the agent's last NVML scan failed.
+	ReasonScanFailed = "ScanFailed"
+)

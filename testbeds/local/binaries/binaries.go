@@ -1,0 +1,332 @@
+package binaries
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Versions of the third-party components. They move together: Volcano's CRDs
+// and kwok's stages are read from the same module versions that are built.
+const (
+	EtcdVersion       = "v3.6.16"
+	KubernetesVersion = "v1.37.2"
+	KwokVersion       = "v0.8.0"
+	VolcanoVersion    = "v1.10.0"
+)
+
+// Options configures where binaries are cached and how progress is reported.
+type Options struct {
+	// CacheDir holds bin/, src/ and logs/. Defaults to DefaultCacheDir().
+	CacheDir string
+	// Log receives one line of progress per component. Defaults to io.Discard.
+	Log io.Writer
+	// GoBinary is the go command. Defaults to "go" on PATH.
+	GoBinary string
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.CacheDir == "" {
+		dir, err := DefaultCacheDir()
+		if err != nil {
+			return o, err
+		}
+		o.CacheDir = dir
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.GoBinary == "" {
+		o.GoBinary = "go"
+	}
+	abs, err := filepath.Abs(o.CacheDir)
+	if err != nil {
+		return o, fmt.Errorf("resolving cache dir: %w", err)
+	}
+	o.CacheDir = abs
+	return o, nil
+}
+
+// DefaultCacheDir is $GPULAB_CACHE, or .cache at the root of the gpulab module
+// (found by walking up from the working directory to go.mod).
+func DefaultCacheDir() (string, error) {
+	if dir := os.Getenv("GPULAB_CACHE"); dir != "" {
+		return dir, nil
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".cache"), nil
+}
+
+// ModuleRoot finds the gpulab repository root: the nearest parent of the
+// working directory holding a go.mod for github.com/gpulab/gpulab.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(data), "module github.com/gpulab/gpulab\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the gpulab repository: set GPULAB_CACHE to choose a cache directory")
+		}
+		dir = parent
+	}
+}
+
+// Set is the absolute paths of every testbed binary, plus the module
+// directories the testbed reads manifests from.
+type Set struct {
+	Etcd                     string
+	KubeAPIServer            string
+	KubeControllerManager    string
+	KubeScheduler            string
+	Kubectl                  string
+	Kwok                     string
+	Kwokctl                  string
+	VolcanoScheduler         string
+	VolcanoControllerManager string
+
+	// VolcanoModuleDir is volcano.sh/volcano's source (its CRDs live there).
+	VolcanoModuleDir string
+	// KwokModuleDir is sigs.k8s.io/kwok's source (its Stage library lives there).
+	KwokModuleDir string
+}
+
+// component is one third-party build: a name, a version, the binaries it
+// produces and how to build them into a folder.
+type component struct {
+	name     string
+	version  string
+	binaries []string
+	build    func(ctx context.Context, b *builder, out string) error
+}
+
+func (c component) dir(cache string) string {
+	return filepath.Join(cache, "bin", c.name+"-"+c.version)
+}
+
+var components = []component{etcd, kubernetes, kwok, volcano}
+
+// Ensure builds whatever is missing from the cache and returns the full Set.
+func Ensure(ctx context.Context, opts Options) (*Set, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{opts: opts}
+	for _, c := range components {
+		if err := b.ensure(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	return b.set(ctx)
+}
+
+// Lookup returns the Set if every binary is already built, without building.
+func Lookup(ctx context.Context, opts Options) (*Set, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{opts: opts}
+	for _, c := range components {
+		if !b.built(c) {
+			return nil, fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/local/cmd/gpulab-testbed build`)", c.name, c.version, opts.CacheDir)
+		}
+	}
+	return b.set(ctx)
+}
+
+// EnvtestAssets returns a folder holding only etcd and kube-apiserver, the
+// layout controller-runtime's envtest expects in KUBEBUILDER_ASSETS.
+func (s *Set) EnvtestAssets(cacheDir string) (string, error) {
+	dir := filepath.Join(cacheDir, "envtest", KubernetesVersion)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, target := range map[string]string{"etcd": s.Etcd, "kube-apiserver": s.KubeAPIServer} {
+		link := filepath.Join(dir, name)
+		if current, err := os.Readlink(link); err == nil && current == target {
+			continue
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			return "", fmt.Errorf("linking %s into envtest assets: %w", name, err)
+		}
+	}
+	return dir, nil
+}
+
+type builder struct {
+	opts Options
+}
+
+func (b *builder) built(c component) bool {
+	for _, bin := range c.binaries {
+		if _, err := os.Stat(filepath.Join(c.dir(b.opts.CacheDir), bin)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *builder) ensure(ctx context.Context, c component) error {
+	if b.built(c) {
+		return nil
+	}
+	final := c.dir(b.opts.CacheDir)
+	tmp := final + ".partial"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.opts.Log, "building %s %s (%s) from the Go module proxy...\n", c.name, c.version, strings.Join(c.binaries, ", "))
+	start := time.Now()
+	if err := c.build(ctx, b, tmp); err != nil {
+		return fmt.Errorf("building %s %s: %w", c.name, c.version, err)
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.opts.Log, "built %s %s in %s\n", c.name, c.version, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func (b *builder) set(ctx context.Context) (*Set, error) {
+	path := func(c component, bin string) string { return filepath.Join(c.dir(b.opts.CacheDir), bin) }
+	volcanoDir, err := b.moduleDir(ctx, "volcano.sh/volcano", VolcanoVersion)
+	if err != nil {
+		return nil, err
+	}
+	kwokDir, err := b.moduleDir(ctx, "sigs.k8s.io/kwok", KwokVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Set{
+		Etcd:                     path(etcd, "etcd"),
+		KubeAPIServer:            path(kubernetes, "kube-apiserver"),
+		KubeControllerManager:    path(kubernetes, "kube-controller-manager"),
+		KubeScheduler:            path(kubernetes, "kube-scheduler"),
+		Kubectl:                  path(kubernetes, "kubectl"),
+		Kwok:                     path(kwok, "kwok"),
+		Kwokctl:                  path(kwok, "kwokctl"),
+		VolcanoScheduler:         path(volcano, "vc-scheduler"),
+		VolcanoControllerManager: path(volcano, "vc-controller-manager"),
+		VolcanoModuleDir:         volcanoDir,
+		KwokModuleDir:            kwokDir,
+	}, nil
+}
+
+// srcDir is a throwaway module folder for builds that need their own go.mod.
+func (b *builder) srcDir(name, version string) (string, error) {
+	dir := filepath.Join(b.opts.CacheDir, "src", name+"-"+version)
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// goCmd runs the go command in dir, with output to a per-component log whose
+// tail is returned in the error, so a failed build says why.
+func (b *builder) goCmd(ctx context.Context, dir, logName string, env []string, args ...string) error {
+	logDir := filepath.Join(b.opts.CacheDir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	logPath := filepath.Join(logDir, "build-"+logName+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	fmt.Fprintf(logFile, "$ go %s\n", strings.Join(args, " "))
+
+	cmd := exec.CommandContext(ctx, b.opts.GoBinary, args...)
+	cmd.Dir = dir
+	// Builds must not see the gpulab workspace or inherited flags, and
+	// throwaway modules must be allowed to write their go.sum.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	cmd.Env = append(cmd.Env, env...)
+	var tail tailBuffer
+	cmd.Stdout = io.MultiWriter(logFile, &tail)
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s: %w\n%s\n(full log: %s)", args[0], err, tail.String(), logPath)
+	}
+	return nil
+}
+
+// moduleDir downloads a module and returns its source folder in the module cache.
+func (b *builder) moduleDir(ctx context.Context, path, version string) (string, error) {
+	info, err := b.download(ctx, path, version)
+	if err != nil {
+		return "", err
+	}
+	return info.Dir, nil
+}
+
+type moduleInfo struct {
+	Dir   string
+	GoMod string
+	Error string
+}
+
+func (b *builder) download(ctx context.Context, path, version string) (*moduleInfo, error) {
+	cmd := exec.CommandContext(ctx, b.opts.GoBinary, "mod", "download", "-json", path+"@"+version)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Dir = os.TempDir()
+	out, err := cmd.Output()
+	var info moduleInfo
+	if jsonErr := json.Unmarshal(out, &info); jsonErr != nil && err == nil {
+		err = jsonErr
+	}
+	if info.Error != "" {
+		return nil, fmt.Errorf("downloading %s@%s: %s", path, version, info.Error)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("downloading %s@%s: %w", path, version, err)
+	}
+	return &info, nil
+}
+
+// ldflagsX renders -X flags for the given variables of a package.
+func ldflagsX(pkg string, vars map[string]string) []string {
+	flags := make([]string, 0, len(vars))
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		flags = append(flags, fmt.Sprintf("-X %s.%s=%s", pkg, k, vars[k]))
+	}
+	return flags
+}
+
+// tailBuffer keeps the last few KiB written to it.
+type tailBuffer struct{ buf []byte }
+
+const tailSize = 4 << 10
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailSize {
+		t.buf = t.buf[len(t.buf)-tailSize:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return strings.TrimSpace(string(t.buf)) }

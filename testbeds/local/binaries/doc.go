@@ -1,0 +1,9 @@
+// Package binaries builds the local testbed's third-party programs (etcd,
+// the Kubernetes control plane, kwok and Volcano) from the Go module proxy,
+// because no download site is reachable from where gpulab runs.
+//
+// Each component is built once into <cache>/bin/<component>-<version>/ and
+// reused until its version changes. A build writes into a temporary folder
+// that is renamed into place only when every binary of the component is
+// built, so an interrupted build never leaves a half-built set behind.
+package binaries

@@ -1,0 +1,160 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// fieldManager owns what the testbed applies.
+const fieldManager = "gpulab-testbed"
+
+// Scheme knows every kind the testbed and its tests touch.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
+	utilruntime.Must(schedulingv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(gpulabv1alpha1.AddToScheme(Scheme))
+}
+
+// Client returns a client for the running testbed, with Scheme.
+func (t *Testbed) Client() (client.Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("loading testbed kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return client.New(cfg, client.Options{Scheme: Scheme})
+}
+
+// installCRDs server-side applies every CRD in the given folders and waits
+// until the API server serves them.
+func installCRDs(ctx context.Context, c client.Client, dirs ...string) error {
+	var names []string
+	for _, dir := range dirs {
+		objs, err := ReadManifests(dir)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+				return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			}
+			names = append(names, obj.GetName())
+		}
+	}
+	return poll(ctx, crdTimeout, func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			if !crdEstablished(&crd) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func crdEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadManifests decodes every YAML document of every .yaml file in dir.
+func ReadManifests(dir string) ([]*unstructured.Unstructured, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no manifests in %s", dir)
+	}
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("decoding %s: %w", f, err)
+			}
+			if len(obj.Object) > 0 {
+				objs = append(objs, obj)
+			}
+		}
+	}
+	return objs, nil
+}
+
+// createNodes registers the fake nodes. The status (capacity, allocatable)
+// is written through the status subresource too, because node creation may
+// drop it; kwok's node-initialize stage keeps what is there.
+func createNodes(ctx context.Context, c client.Client, nodes []*corev1.Node) error {
+	for _, n := range nodes {
+		status := n.Status.DeepCopy()
+		if err := c.Create(ctx, n); err != nil && !isAlreadyExists(err) {
+			return fmt.Errorf("creating node %s: %w", n.Name, err)
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		n.Status.Capacity = status.Capacity
+		n.Status.Allocatable = status.Allocatable
+		n.Status.NodeInfo = status.NodeInfo
+		if err := c.Status().Patch(ctx, n, patch); err != nil {
+			return fmt.Errorf("setting capacity of node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
+// nodeReady says whether a node's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// describe lists names for error messages.
+func describe(names []string) string {
+	if len(names) > 5 {
+		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,144 @@
+// Command gpulab-testbed builds, starts, inspects and stops gpulab's local
+// testbed: a real Kubernetes control plane, Volcano and kwok fake GPU nodes,
+// all as processes on loopback.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+const usage = `usage: gpulab-testbed <command> [flags]
+
+commands:
+  build    build the testbed binaries from the Go module proxy (cached)
+  up       start the testbed and wait until it is ready
+  down     stop the testbed and remove its state
+  status   show the testbed's processes, nodes and queue
+  env      print KUBECONFIG and KUBEBUILDER_ASSETS exports for a shell
+
+flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gpulab-testbed:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("gpulab-testbed", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	name := fs.String("name", envOr("TESTBED_NAME", "gpulab"), "testbed (kwokctl cluster) name [$TESTBED_NAME]")
+	nodes := fs.String("nodes", envOr("TESTBED_NODES", local.DefaultFleet),
+		"fake GPU nodes as profile=count,... ("+fmt.Sprint(local.ProfileNames())+") [$TESTBED_NODES]")
+	cache := fs.String("cache-dir", "", "cache for binaries and testbed state (default $GPULAB_CACHE or <repo>/.cache)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long `up` waits for nodes, Volcano and the queue")
+	if len(args) == 0 {
+		fs.Usage()
+		return errors.New("missing command")
+	}
+	cmd := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	fleet, err := local.ParseFleet(*nodes)
+	if err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", *timeout)
+	}
+	tb, err := local.New(local.Options{Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout})
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "build":
+		_, err := binaries.Ensure(ctx, binaries.Options{CacheDir: *cache, Log: os.Stdout})
+		return err
+	case "up":
+		return tb.Up(ctx)
+	case "down":
+		if err := tb.Down(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("testbed %q is down\n", tb.Name())
+		return nil
+	case "status":
+		return printStatus(ctx, tb)
+	case "env":
+		return printEnv(ctx, tb, *cache)
+	default:
+		fs.Usage()
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func printStatus(ctx context.Context, tb *local.Testbed) error {
+	s, err := tb.Status(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("testbed %q\nkubeconfig: %s\n\n", s.Name, s.Kubeconfig)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "COMPONENT\tPID\tSTATE\tLOG")
+	dead := 0
+	for _, c := range s.Components {
+		state := "running"
+		if !c.Running {
+			state, dead = "STOPPED", dead+1
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.Name, c.PID, state, c.Log)
+	}
+	_ = w.Flush()
+	fmt.Printf("\nvolcano: scheduler metrics http://127.0.0.1:%d/metrics, healthz :%d; controller-manager healthz :%d\n",
+		s.Ports.SchedulerMetrics, s.Ports.SchedulerHealthz, s.Ports.ControllerManagerHealthz)
+	if s.APIError != nil {
+		return fmt.Errorf("API server unreachable: %w", s.APIError)
+	}
+	fmt.Printf("nodes: %d/%d Ready, %d GPUs allocatable; default queue: %s\n", s.NodesReady, s.Nodes, s.GPUs, s.Queue)
+	if dead > 0 {
+		return fmt.Errorf("%d component(s) stopped: see their logs above", dead)
+	}
+	return nil
+}
+
+func printEnv(ctx context.Context, tb *local.Testbed, cache string) error {
+	set, err := binaries.Lookup(ctx, binaries.Options{CacheDir: cache})
+	if err != nil {
+		return err
+	}
+	cacheDir := cache
+	if cacheDir == "" {
+		if cacheDir, err = binaries.DefaultCacheDir(); err != nil {
+			return err
+		}
+	}
+	assets, err := set.EnvtestAssets(cacheDir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("export KUBECONFIG=%s\nexport KUBEBUILDER_ASSETS=%s\n", tb.Kubeconfig(), assets)
+	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,11 @@
+// Package local runs gpulab's local testbed: a real etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler, Volcano's scheduler and
+// controller-manager, and kwok playing the kubelet of fake GPU nodes, all as
+// processes on loopback. No Docker, no GPU.
+//
+// kwokctl (binary runtime) starts, supervises and stops every process; this
+// package adds what kwokctl lacks: building the binaries from the Go module
+// proxy (package binaries), Volcano as kwokctl components with its CRDs and
+// default queue, gpulab's CRDs, and GPU node profiles that look like real
+// DGX machines to the scheduler (capacity, allocatable, GFD labels).
+package local

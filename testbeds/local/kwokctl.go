@@ -1,0 +1,168 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// kwokPodCIDR keeps fake pod IPs apart from the API server's default service
+// range (10.0.0.0/24), which kwok's own default would overlap.
+const kwokPodCIDR = "10.244.0.0/16"
+
+// The kwokctl configuration file is a multi-document YAML of kwok's config
+// kinds. These structs hold only the fields gpulab sets.
+type kwokctlConfiguration struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Options    map[string]any  `json:"options"`
+	Components []kwokComponent `json:"components,omitempty"`
+	// ComponentsPatches adds flags to kwokctl's own components.
+	ComponentsPatches []kwokComponentPatch `json:"componentsPatches,omitempty"`
+}
+
+type kwokComponent struct {
+	Name    string   `json:"name"`
+	Binary  string   `json:"binary"`
+	Args    []string `json:"args"`
+	WorkDir string   `json:"workDir"`
+	Links   []string `json:"links,omitempty"`
+}
+
+type kwokComponentPatch struct {
+	Name      string         `json:"name"`
+	ExtraArgs []kwokExtraArg `json:"extraArgs"`
+}
+
+type kwokExtraArg struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// kwokStages are the kwok Stage files the testbed loads from kwok's module:
+// nodes become Ready at once, pods become Ready, Job pods complete, deleted
+// pods go away.
+var kwokStages = []string{
+	"kustomize/stage/node/fast/node-initialize.yaml",
+	"kustomize/stage/pod/fast/pod-ready.yaml",
+	"kustomize/stage/pod/fast/pod-complete.yaml",
+	"kustomize/stage/pod/fast/pod-delete.yaml",
+}
+
+// renderKwokctlConfig writes the configuration kwokctl creates the cluster
+// from: local binaries only (nothing is downloaded), loopback only, Volcano
+// as two extra components kwokctl supervises, and kwok's stages.
+func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup) ([]byte, error) {
+	docs := []any{
+		kwokctlConfiguration{
+			APIVersion: "config.kwok.x-k8s.io/v1alpha1",
+			Kind:       "KwokctlConfiguration",
+			Options: map[string]any{
+				"runtime":                     "binary",
+				"bindAddress":                 "127.0.0.1",
+				"kubeVersion":                 binaries.KubernetesVersion,
+				"etcdVersion":                 strings.TrimPrefix(binaries.EtcdVersion, "v"),
+				"kwokVersion":                 binaries.KwokVersion,
+				"etcdBinary":                  bins.Etcd,
+				"kubeApiserverBinary":         bins.KubeAPIServer,
+				"kubeControllerManagerBinary": bins.KubeControllerManager,
+				"kubeSchedulerBinary":         bins.KubeScheduler,
+				"kubectlBinary":               bins.Kubectl,
+				"kwokControllerBinary":        bins.Kwok,
+				"quietPull":                   true,
+			},
+			Components: volcano.components(workdir, bins),
+			ComponentsPatches: []kwokComponentPatch{{
+				Name:      "kwok-controller",
+				ExtraArgs: []kwokExtraArg{{Key: "cidr", Value: kwokPodCIDR}},
+			}},
+		},
+	}
+	var out bytes.Buffer
+	for _, d := range docs {
+		data, err := yaml.Marshal(d)
+		if err != nil {
+			return nil, err
+		}
+		out.WriteString("---\n")
+		out.Write(data)
+	}
+	for _, stage := range kwokStages {
+		data, err := os.ReadFile(filepath.Join(bins.KwokModuleDir, stage))
+		if err != nil {
+			return nil, fmt.Errorf("reading kwok stage: %w", err)
+		}
+		out.WriteString("---\n")
+		out.Write(bytes.TrimPrefix(data, []byte("---\n")))
+	}
+	return out.Bytes(), nil
+}
+
+// createCluster writes the kwokctl configuration and runs `kwokctl create cluster`.
+func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup) error {
+	if err := os.MkdirAll(t.stateDir(), 0o755); err != nil {
+		return err
+	}
+	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano)
+	if err != nil {
+		return err
+	}
+	configPath := filepath.Join(t.stateDir(), "kwokctl.yaml")
+	if err := os.WriteFile(configPath, config, 0o644); err != nil {
+		return err
+	}
+	if err := volcano.writeFiles(); err != nil {
+		return err
+	}
+	fmt.Fprintf(t.opts.Log, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler and vc-controller-manager (kwokctl, binary runtime)\n")
+	return t.kwokctl(ctx, bins, "create", "cluster", "--name", t.opts.Name, "--config", configPath, "--runtime", "binary", "--wait", "1m")
+}
+
+// kwokctl runs kwokctl with the testbed's work directory and our kubectl first
+// on PATH (kwokctl shells out to kubectl). Output goes to a log in the state
+// dir, and its tail into the error.
+func (t *Testbed) kwokctl(ctx context.Context, bins *binaries.Set, args ...string) error {
+	if err := os.MkdirAll(t.opts.CacheDir, 0o755); err != nil {
+		return err
+	}
+	logPath := filepath.Join(t.opts.CacheDir, "logs", "kwokctl-"+t.opts.Name+".log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	fmt.Fprintf(logFile, "$ kwokctl %s\n", strings.Join(args, " "))
+
+	cmd := exec.CommandContext(ctx, bins.Kwokctl, args...)
+	cmd.Env = append(os.Environ(),
+		"KWOK_WORKDIR="+t.kwokWorkdir(),
+		"PATH="+filepath.Dir(bins.Kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"),
+	)
+	var out bytes.Buffer
+	cmd.Stdout = io.MultiWriter(logFile, &out)
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("kwokctl %s: %w\n%s\n(log: %s)", args[0], err, lastLines(out.String(), 20), logPath)
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

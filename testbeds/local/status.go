@@ -1,0 +1,261 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+)
+
+const (
+	pollInterval = 200 * time.Millisecond
+	crdTimeout   = time.Minute
+)
+
+// components are the processes of a testbed, by the binary name kwokctl
+// uses for their pid and log files.
+var components = []string{
+	"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
+	"vc-scheduler", "vc-controller-manager",
+}
+
+// ComponentStatus is one process of the testbed.
+type ComponentStatus struct {
+	Name    string
+	PID     int
+	Running bool
+	Log     string
+}
+
+// Status is a snapshot of the testbed.
+type Status struct {
+	Name       string
+	Kubeconfig string
+	Components []ComponentStatus
+	// Ports are Volcano's metrics and health ports.
+	Ports Ports
+	// NodesReady and Nodes count the fake GPU nodes; GPUs sums their
+	// allocatable nvidia.com/gpu. Zero when the API server is down.
+	Nodes, NodesReady, GPUs int
+	// Queue is the default Volcano queue's state ("" when unknown).
+	Queue string
+	// APIError is why the API could not be read, if it could not.
+	APIError error
+}
+
+// Components reports every process with its pid, liveness and log path.
+func (t *Testbed) Components() []ComponentStatus {
+	out := make([]ComponentStatus, 0, len(components))
+	for _, name := range components {
+		s := ComponentStatus{Name: name, Log: filepath.Join(t.Workdir(), "logs", name+".log")}
+		s.PID = readPID(filepath.Join(t.Workdir(), "pids", name+".pid"))
+		s.Running = s.PID > 0 && processAlive(s.PID)
+		out = append(out, s)
+	}
+	return out
+}
+
+// Status reads the testbed's processes and, when the API is up, its nodes
+// and default queue.
+func (t *Testbed) Status(ctx context.Context) (*Status, error) {
+	if _, err := os.Stat(t.Workdir()); err != nil {
+		return nil, fmt.Errorf("testbed %q is not up (no %s): run `make testbed-up`", t.opts.Name, t.Workdir())
+	}
+	s := &Status{Name: t.opts.Name, Kubeconfig: t.Kubeconfig(), Components: t.Components()}
+	if data, err := os.ReadFile(portsPath(t.stateDir())); err == nil {
+		_ = json.Unmarshal(data, &s.Ports)
+	}
+	c, err := t.Client()
+	if err != nil {
+		s.APIError = err
+		return s, nil
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		s.APIError = err
+		return s, nil
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		s.Nodes++
+		if nodeReady(n) {
+			s.NodesReady++
+		}
+		gpus := n.Status.Allocatable[GPUResource]
+		s.GPUs += int(gpus.Value())
+	}
+	var q schedulingv1beta1.Queue
+	if err := c.Get(ctx, client.ObjectKey{Name: "default"}, &q); err == nil {
+		s.Queue = string(q.Status.State)
+	}
+	return s, nil
+}
+
+// deadComponents names processes that have stopped, with their logs.
+func (t *Testbed) deadComponents() error {
+	var dead []string
+	for _, c := range t.Components() {
+		if !c.Running {
+			dead = append(dead, fmt.Sprintf("%s is not running (log: %s)", c.Name, c.Log))
+		}
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(dead, "; "))
+}
+
+// WaitReady waits until every process runs, every fake node is Ready with its
+// GPUs allocatable, and the default queue is Open. A process that dies fails
+// the wait at once, naming its log.
+func (t *Testbed) WaitReady(ctx context.Context) error {
+	c, err := t.Client()
+	if err != nil {
+		return err
+	}
+	want := map[string]int64{}
+	for _, n := range t.opts.Fleet.Nodes() {
+		gpus := n.Status.Allocatable[GPUResource]
+		want[n.Name] = gpus.Value()
+	}
+	var waiting string
+	err = poll(ctx, t.opts.ReadyTimeout, func(ctx context.Context) (bool, error) {
+		if err := t.deadComponents(); err != nil {
+			return false, err
+		}
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes); err != nil {
+			waiting = "the API server: " + err.Error()
+			return false, nil
+		}
+		var notReady []string
+		seen := 0
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			gpus, ours := want[n.Name]
+			if !ours {
+				continue
+			}
+			seen++
+			alloc := n.Status.Allocatable[GPUResource]
+			if !nodeReady(n) || alloc.Value() != gpus {
+				notReady = append(notReady, n.Name)
+			}
+		}
+		if seen != len(want) || len(notReady) > 0 {
+			waiting = fmt.Sprintf("nodes (%d of %d registered; not ready: %s)", seen, len(want), describe(notReady))
+			return false, nil
+		}
+		var q schedulingv1beta1.Queue
+		if err := c.Get(ctx, client.ObjectKey{Name: "default"}, &q); err != nil || q.Status.State != schedulingv1beta1.QueueStateOpen {
+			waiting = fmt.Sprintf("the default Volcano queue to be Open (state %q)", q.Status.State)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && waiting != "" {
+		return fmt.Errorf("testbed %q not ready: waiting for %s: %w", t.opts.Name, waiting, err)
+	}
+	return err
+}
+
+// apiServerRunning says whether the cluster's API server process is alive.
+func (t *Testbed) apiServerRunning() bool {
+	pid := readPID(filepath.Join(t.Workdir(), "pids", "kube-apiserver.pid"))
+	return pid > 0 && processAlive(pid)
+}
+
+// componentPIDs lists the live processes of the testbed.
+func (t *Testbed) componentPIDs() []int {
+	var pids []int
+	for _, c := range t.Components() {
+		if c.Running {
+			pids = append(pids, c.PID)
+		}
+	}
+	return pids
+}
+
+// waitExited waits for the given processes to exit and kills, by PID, any
+// still alive at the deadline.
+func waitExited(ctx context.Context, pids []int, timeout time.Duration) error {
+	err := poll(ctx, timeout, func(context.Context) (bool, error) {
+		for _, pid := range pids {
+			if processAlive(pid) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for _, pid := range pids {
+		if processAlive(pid) {
+			if killErr := syscall.Kill(pid, syscall.SIGKILL); killErr != nil {
+				errs = append(errs, fmt.Errorf("killing pid %d: %w", pid, killErr))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func readPID(path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// processAlive says whether pid is a live process (zombies count as gone).
+func processAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	return len(fields) == 0 || fields[0] != "Z"
+}
+
+// poll calls cond every pollInterval until it returns true, returns an
+// error, or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for {
+		done, err := cond(ctx)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out after %s: %w", timeout, ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,220 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// Options configures a local testbed. The zero value is a usable default.
+type Options struct {
+	// Name is the kwokctl cluster name. Defaults to "gpulab".
+	Name string
+	// CacheDir holds binaries, sources and testbed state. Defaults to
+	// binaries.DefaultCacheDir() (.cache at the repository root).
+	CacheDir string
+	// Fleet is the fake GPU nodes. Defaults to ParseFleet(DefaultFleet).
+	Fleet Fleet
+	// CRDDir holds the gpulab CRDs to install. Defaults to
+	// operator/config/crd/bases at the repository root.
+	CRDDir string
+	// Log receives progress lines. Defaults to io.Discard.
+	Log io.Writer
+	// ReadyTimeout bounds the wait for nodes, Volcano and the queue after
+	// the control plane is up. Defaults to 2 minutes.
+	ReadyTimeout time.Duration
+}
+
+// ErrAlreadyRunning is returned by Up when the testbed is already up.
+var ErrAlreadyRunning = errors.New("testbed is already running")
+
+// Testbed is one local cluster, identified by its name and cache directory.
+type Testbed struct {
+	opts Options
+}
+
+// New fills in defaults; it starts nothing.
+func New(opts Options) (*Testbed, error) {
+	if opts.Name == "" {
+		opts.Name = "gpulab"
+	}
+	if opts.CacheDir == "" {
+		dir, err := binaries.DefaultCacheDir()
+		if err != nil {
+			return nil, err
+		}
+		opts.CacheDir = dir
+	}
+	abs, err := filepath.Abs(opts.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.CacheDir = abs
+	if opts.Fleet == nil {
+		fleet, err := ParseFleet(DefaultFleet)
+		if err != nil {
+			return nil, err
+		}
+		opts.Fleet = fleet
+	}
+	if opts.CRDDir == "" {
+		root, err := binaries.ModuleRoot()
+		if err != nil {
+			return nil, err
+		}
+		opts.CRDDir = filepath.Join(root, "operator", "config", "crd", "bases")
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 2 * time.Minute
+	}
+	return &Testbed{opts: opts}, nil
+}
+
+// Name is the kwokctl cluster name.
+func (t *Testbed) Name() string { return t.opts.Name }
+
+// Fleet is the testbed's fake GPU nodes.
+func (t *Testbed) Fleet() Fleet { return t.opts.Fleet }
+
+// kwokWorkdir is KWOK_WORKDIR for every kwokctl call, so clusters live in the
+// cache, not in the user's ~/.kwok.
+func (t *Testbed) kwokWorkdir() string { return filepath.Join(t.opts.CacheDir, "kwok") }
+
+// Workdir is kwokctl's folder for this cluster: pki, pids, logs, kubeconfig.
+func (t *Testbed) Workdir() string {
+	return filepath.Join(t.kwokWorkdir(), "clusters", t.opts.Name)
+}
+
+// Kubeconfig is the path of the cluster's admin kubeconfig.
+func (t *Testbed) Kubeconfig() string { return filepath.Join(t.Workdir(), "kubeconfig.yaml") }
+
+// stateDir holds gpulab's own files for the cluster (kwokctl config,
+// Volcano's scheduler conf, chosen ports).
+func (t *Testbed) stateDir() string {
+	return filepath.Join(t.opts.CacheDir, "testbeds", t.opts.Name)
+}
+
+// Up builds what is missing, starts the cluster and waits until the fleet's
+// nodes are Ready, Volcano runs and its default queue is Open.
+func (t *Testbed) Up(ctx context.Context) (err error) {
+	if _, statErr := os.Stat(t.Workdir()); statErr == nil {
+		if t.apiServerRunning() {
+			return fmt.Errorf("%w: %q (kubeconfig %s); run `make testbed-down` first", ErrAlreadyRunning, t.opts.Name, t.Kubeconfig())
+		}
+		fmt.Fprintf(t.opts.Log, "removing stopped testbed %q left from an earlier run\n", t.opts.Name)
+		if err := t.Down(ctx); err != nil {
+			return err
+		}
+	}
+
+	bins, err := binaries.Ensure(ctx, binaries.Options{CacheDir: t.opts.CacheDir, Log: t.opts.Log})
+	if err != nil {
+		return err
+	}
+
+	start := time.Now()
+	// A half-started cluster is worse than none: tear it down on failure,
+	// keeping the logs' location in the error.
+	defer func() {
+		if err != nil {
+			if downErr := t.Down(context.WithoutCancel(ctx)); downErr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up: %w", downErr))
+			}
+			err = fmt.Errorf("%w\n(the testbed was torn down; its logs are in %s)", err, t.LogArchive())
+		}
+	}()
+
+	volcano, err := newVolcanoSetup(t.stateDir(), t.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	if err := t.createCluster(ctx, bins, volcano); err != nil {
+		return err
+	}
+	fmt.Fprintf(t.opts.Log, "control plane up in %s\n", time.Since(start).Round(100*time.Millisecond))
+
+	c, err := t.Client()
+	if err != nil {
+		return err
+	}
+	if err := installCRDs(ctx, c, volcano.crdDirs(bins)...); err != nil {
+		return fmt.Errorf("installing Volcano CRDs: %w", err)
+	}
+	if err := installCRDs(ctx, c, t.opts.CRDDir); err != nil {
+		return fmt.Errorf("installing gpulab CRDs: %w", err)
+	}
+	if err := applyDefaultQueue(ctx, c); err != nil {
+		return err
+	}
+	if err := createNodes(ctx, c, t.opts.Fleet.Nodes()); err != nil {
+		return err
+	}
+	if err := t.WaitReady(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(t.opts.Log, "testbed %q ready in %s: %d nodes (%s), %d GPUs\nkubeconfig: %s\n",
+		t.opts.Name, time.Since(start).Round(100*time.Millisecond), len(t.opts.Fleet.Nodes()), t.opts.Fleet, t.opts.Fleet.GPUs(), t.Kubeconfig())
+	return nil
+}
+
+// Down stops every process of the cluster and removes its state. It is safe
+// to call on a testbed that is not running.
+func (t *Testbed) Down(ctx context.Context) error {
+	pids := t.componentPIDs()
+	// Keep the logs past the cluster's removal: a failed Up or test points
+	// at them.
+	errs := []error{archiveLogs(filepath.Join(t.Workdir(), "logs"), t.LogArchive())}
+	if _, err := os.Stat(t.Workdir()); err == nil {
+		bins, err := binaries.Lookup(ctx, binaries.Options{CacheDir: t.opts.CacheDir})
+		if err != nil {
+			errs = append(errs, err)
+		} else if err := t.kwokctl(ctx, bins, "delete", "cluster", "--name", t.opts.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// kwokctl signals its processes; make sure they are gone, so no port
+	// stays bound, and kill by PID only the processes this testbed started.
+	if err := waitExited(ctx, pids, 30*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, os.RemoveAll(t.Workdir()), os.RemoveAll(t.stateDir()))
+	return errors.Join(errs...)
+}
+
+// LogArchive is where Down keeps the component logs of the last cluster.
+func (t *Testbed) LogArchive() string {
+	return filepath.Join(t.opts.CacheDir, "logs", "testbed-"+t.opts.Name)
+}
+
+// archiveLogs replaces dst with a copy of the log files in src, if any.
+func archiveLogs(src, dst string) error {
+	files, err := filepath.Glob(filepath.Join(src, "*.log"))
+	if err != nil || len(files) == 0 {
+		return err
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
