@@ -188,19 +188,19 @@ type SchedulingSpec struct {
 type ClusterPhase string
 
 const (
-	// ClusterPending: accepted, children not yet created.
+	// ClusterPending means accepted, children not yet created.
 	ClusterPending ClusterPhase = "Pending"
-	// ClusterUnschedulable: the gang can never fit the healthy inventory.
+	// ClusterUnschedulable means the gang can never fit the healthy inventory.
 	ClusterUnschedulable ClusterPhase = "Unschedulable"
-	// ClusterScheduling: pods exist, waiting for the gang to be bound.
+	// ClusterScheduling means pods exist, waiting for the gang to be bound.
 	ClusterScheduling ClusterPhase = "Scheduling"
-	// ClusterProvisioning: the gang is bound, pods are starting.
+	// ClusterProvisioning means the gang is bound, pods are starting.
 	ClusterProvisioning ClusterPhase = "Provisioning"
-	// ClusterReady: every desired pod is Ready.
+	// ClusterReady means every desired pod is Ready.
 	ClusterReady ClusterPhase = "Ready"
-	// ClusterSuspended: pods deleted and the gang released on request.
+	// ClusterSuspended means pods deleted and the gang released on request.
 	ClusterSuspended ClusterPhase = "Suspended"
-	// ClusterFailed: the cluster cannot make progress without a spec change.
+	// ClusterFailed means the cluster cannot make progress without a spec change.
 	ClusterFailed ClusterPhase = "Failed"
 )
 
@@ -244,7 +244,7 @@ type GPUClusterStatus struct {
 	// +optional
 	ReadyTime *metav1.Time `json:"readyTime,omitempty"`
 
-	// Conditions: Ready, Schedulable, Suspended.
+	// Conditions means Ready, Schedulable, Suspended.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -296,8 +296,4 @@ func (c *GPUCluster) GetConditions() []metav1.Condition { return c.Status.Condit
 // SetConditions replaces the cluster's conditions.
 func (c *GPUCluster) SetConditions(conditions []metav1.Condition) {
 	c.Status.Conditions = conditions
-}
-
-func init() {
-	SchemeBuilder.Register(&GPUCluster{}, &GPUClusterList{})
 }

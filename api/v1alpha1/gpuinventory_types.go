@@ -48,7 +48,7 @@ type GPUInventoryStatus struct {
 	// +listMapKey=index
 	GPUs []GPUDevice `json:"gpus,omitempty"`
 
-	// Conditions: Ready (the agent scanned successfully and recently).
+	// Conditions means Ready (the agent scanned successfully and recently).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -148,12 +148,12 @@ type FabricStatus struct {
 type HealthState string
 
 const (
-	// GPUHealthy: the GPU can take work.
+	// GPUHealthy means the GPU can take work.
 	GPUHealthy HealthState = "Healthy"
-	// GPUUnhealthy: a critical XID, a lost GPU, a row-remap failure or an
+	// GPUUnhealthy means a critical XID, a lost GPU, a row-remap failure or an
 	// incomplete fabric; the reason says which.
 	GPUUnhealthy HealthState = "Unhealthy"
-	// GPUUnknown: the agent could not tell.
+	// GPUUnknown means the agent could not tell.
 	GPUUnknown HealthState = "Unknown"
 )
 
@@ -190,8 +190,4 @@ func (i *GPUInventory) GetConditions() []metav1.Condition { return i.Status.Cond
 // SetConditions replaces the inventory's conditions.
 func (i *GPUInventory) SetConditions(conditions []metav1.Condition) {
 	i.Status.Conditions = conditions
-}
-
-func init() {
-	SchemeBuilder.Register(&GPUInventory{}, &GPUInventoryList{})
 }

@@ -120,17 +120,17 @@ const (
 type JobPhase string
 
 const (
-	// JobPending: accepted, nothing created yet.
+	// JobPending means accepted, nothing created yet.
 	JobPending JobPhase = "Pending"
-	// JobProvisioning: waiting for the cluster to be Ready.
+	// JobProvisioning means waiting for the cluster to be Ready.
 	JobProvisioning JobPhase = "Provisioning"
-	// JobRunning: the submitter runs.
+	// JobRunning means the submitter runs.
 	JobRunning JobPhase = "Running"
-	// JobSucceeded: the submitter completed.
+	// JobSucceeded means the submitter completed.
 	JobSucceeded JobPhase = "Succeeded"
-	// JobFailed: retries exhausted or the deadline passed.
+	// JobFailed means retries exhausted or the deadline passed.
 	JobFailed JobPhase = "Failed"
-	// JobSuspended: stopped on request.
+	// JobSuspended means stopped on request.
 	JobSuspended JobPhase = "Suspended"
 )
 
@@ -177,7 +177,7 @@ type GPUJobStatus struct {
 	// +optional
 	Duration string `json:"duration,omitempty"`
 
-	// Conditions: Ready (cluster), Complete, Failed, Suspended.
+	// Conditions means Ready (cluster), Complete, Failed, Suspended.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -198,7 +198,3 @@ func (j *GPUJob) GetConditions() []metav1.Condition { return j.Status.Conditions
 
 // SetConditions replaces the job's conditions.
 func (j *GPUJob) SetConditions(conditions []metav1.Condition) { j.Status.Conditions = conditions }
-
-func init() {
-	SchemeBuilder.Register(&GPUJob{}, &GPUJobList{})
-}

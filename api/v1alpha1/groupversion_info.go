@@ -1,8 +1,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -10,8 +11,20 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "gpulab.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the gpulab kinds with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the gpulab kinds to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes keeps the API package's imports to apimachinery, so any
+// client can import it cheaply.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&GPUCluster{}, &GPUClusterList{},
+		&GPUJob{}, &GPUJobList{},
+		&GPUInventory{}, &GPUInventoryList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

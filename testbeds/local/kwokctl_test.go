@@ -1,0 +1,65 @@
+package local
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// TestKwokctlConfigStaysLocal checks the rendered kwokctl configuration: our
+// binaries only (so kwokctl never downloads), loopback only, Volcano as
+// supervised components with pid and log files in the cluster's workdir,
+// and the stages read from kwok's module.
+func TestKwokctlConfigStaysLocal(t *testing.T) {
+	kwokDir := t.TempDir()
+	for _, stage := range kwokStages {
+		path := filepath.Join(kwokDir, stage)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("kind: Stage\nmetadata:\n  name: "+filepath.Base(stage)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bins := &binaries.Set{
+		Etcd: "/c/etcd", KubeAPIServer: "/c/kube-apiserver", KubeControllerManager: "/c/kcm", KubeScheduler: "/c/ks",
+		Kubectl: "/c/kubectl", Kwok: "/c/kwok", Kwokctl: "/c/kwokctl",
+		VolcanoScheduler: "/c/vc-scheduler", VolcanoControllerManager: "/c/vc-controller-manager",
+		KwokModuleDir: kwokDir,
+	}
+	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml", ports: Ports{SchedulerMetrics: 1, SchedulerHealthz: 2, ControllerManagerHealthz: 3}}
+	out, err := renderKwokctlConfig("/work", bins, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := string(out)
+	for _, want := range []string{
+		"bindAddress: 127.0.0.1",
+		"runtime: binary",
+		"kubeApiserverBinary: /c/kube-apiserver",
+		"etcdBinary: /c/etcd",
+		"kwokControllerBinary: /c/kwok",
+		"binary: /c/vc-scheduler",
+		"workDir: /work",
+		"--listen-address=127.0.0.1:1",
+		"--scheduler-conf=/state/volcano-scheduler.conf",
+		"--controllers=pg-controller,queue-controller",
+		"--leader-elect=false",
+		"value: " + kwokPodCIDR,
+		"name: node-initialize.yaml",
+		"name: pod-complete.yaml",
+	} {
+		if !strings.Contains(config, want) {
+			t.Errorf("kwokctl config lacks %q:\n%s", want, config)
+		}
+	}
+	if strings.Contains(config, "csi-storage") {
+		t.Errorf("Volcano must not run with --csi-storage")
+	}
+	if strings.Contains(config, "0.0.0.0") {
+		t.Errorf("kwokctl config binds beyond loopback:\n%s", config)
+	}
+}
