@@ -9,6 +9,8 @@ BIN           ?= $(CURDIR)/bin
 # Third-party binaries, sources and testbed state live here (ignored by git).
 GPULAB_CACHE  ?= $(CURDIR)/.cache
 export GPULAB_CACHE
+# go-nvml (cgo) declares many deprecated NVML symbols; keep builds quiet.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 # Local testbed shape: fake GPU nodes as profile=count,...
 # Profiles: dgx-a100, dgx-h100, dgx-h200, dgx-b200.
