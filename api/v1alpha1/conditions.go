@@ -38,3 +38,25 @@ const (
 	// ReasonScanFailed: the agent's last NVML scan failed.
 	ReasonScanFailed = "ScanFailed"
 )
+
+// GPUCluster conditions and reasons beyond the shared ones.
+const (
+	// ConditionGangScheduled: every desired pod is bound to a node.
+	ConditionGangScheduled = "GangScheduled"
+	// ConditionHeadReady: the head pod is Ready.
+	ConditionHeadReady = "HeadReady"
+
+	// ReasonAllPodsBound: every desired pod is bound.
+	ReasonAllPodsBound = "AllPodsBound"
+	// ReasonPodsPending: some desired pods are not bound yet.
+	ReasonPodsPending = "PodsPending"
+	// ReasonVolcanoNotInstalled: scheduler volcano was asked for and
+	// Volcano's PodGroup API is not served.
+	ReasonVolcanoNotInstalled = "VolcanoNotInstalled"
+	// ReasonHeadPodReady: the head pod is Ready.
+	ReasonHeadPodReady = "HeadPodReady"
+	// ReasonHeadPodNotReady: the head pod is missing or not Ready.
+	ReasonHeadPodNotReady = "HeadPodNotReady"
+	// ReasonNotSuspended: spec.suspend is false.
+	ReasonNotSuspended = "NotSuspended"
+)

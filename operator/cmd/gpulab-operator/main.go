@@ -1,0 +1,67 @@
+// Command gpulab-operator runs the gpulab operator: GPUClusters as head and
+// worker pods, gang-scheduled by Volcano, sized from real GPU capacity.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/gpulab/gpulab/operator/internal/manager"
+)
+
+func main() {
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+	var opts manager.Options
+	var namespaces string
+	var qps float64
+	var burst int
+	flag.IntVar(&opts.ReconcileConcurrency, "reconcile-concurrency", 4, "GPUClusters reconciled in parallel")
+	flag.DurationVar(&opts.ReconcileTimeout, "reconcile-timeout", 0, "bound on one reconcile (default 1m)")
+	flag.StringVar(&namespaces, "watch-namespace", "", "comma-separated namespaces to watch (empty: all)")
+	flag.BoolVar(&opts.LeaderElect, "leader-elect", inCluster, "elect a leader among replicas (default on in-cluster)")
+	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
+	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", "address of /metrics; 0 disables")
+	flag.BoolVar(&opts.SecureMetrics, "metrics-secure", inCluster, "serve /metrics over HTTPS behind Kubernetes authn/authz (default on in-cluster)")
+	flag.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.Float64Var(&qps, "kube-api-qps", 50, "client QPS to the API server")
+	flag.IntVar(&burst, "kube-api-burst", 100, "client burst to the API server")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	// --kubeconfig is registered by controller-runtime's config loader.
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if namespaces != "" {
+		opts.WatchNamespaces = strings.Split(namespaces, ",")
+	}
+	if err := run(opts, qps, burst); err != nil {
+		fmt.Fprintln(os.Stderr, "gpulab-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(opts manager.Options, qps float64, burst int) error {
+	if qps <= 0 || burst < 1 {
+		return fmt.Errorf("--kube-api-qps must be positive and --kube-api-burst at least 1 (got %v, %d)", qps, burst)
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := manager.New(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("starting gpulab-operator", "leaderElect", opts.LeaderElect, "namespaces", opts.WatchNamespaces)
+	return mgr.Start(ctx)
+}

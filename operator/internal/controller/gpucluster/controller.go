@@ -1,0 +1,270 @@
+// Package gpucluster reconciles GPUClusters: a head pod and worker groups,
+// created as bare pods with deterministic names, gang-scheduled through a
+// Volcano PodGroup sized from the pods as built and checked against the
+// healthy GPU inventory.
+package gpucluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/inventory"
+	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/scheduler"
+)
+
+// ControllerName names the controller in logs, metrics and events.
+const ControllerName = "gpucluster"
+
+// productIndex indexes GPUClusters by the GPU products they request ("*"
+// for any), so an inventory change wakes only the clusters it can affect.
+const productIndex = "gpulab.io/gpu-product"
+
+// recheckCapacity is how often a cluster that cannot fit is re-checked when
+// capacity comes from node allocatable, which no watch of ours reports.
+const recheckCapacity = 30 * time.Second
+
+// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpulab.io,resources=gpuinventories,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Options configures the reconciler. Zero values take the defaults noted.
+type Options struct {
+	// MaxConcurrentReconciles bounds parallel reconciles. Defaults to 4.
+	MaxConcurrentReconciles int
+	// ReconcileTimeout bounds one reconcile. Defaults to 1 minute.
+	ReconcileTimeout time.Duration
+	// VolcanoInstalled says whether PodGroups are served; without it the
+	// controller does not watch them and volcano clusters report it.
+	VolcanoInstalled bool
+}
+
+// Reconciler reconciles GPUClusters.
+type Reconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	scheme    *runtime.Scheme
+	events    recorder.EventRecorder
+	metrics   *metrics.Clusters
+	opts      Options
+}
+
+// New builds a Reconciler from a manager.
+func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	if opts.ReconcileTimeout == 0 {
+		opts.ReconcileTimeout = time.Minute
+	}
+	return &Reconciler{
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		scheme:    mgr.GetScheme(),
+		events:    mgr.GetEventRecorder(ControllerName),
+		metrics:   m,
+		opts:      opts,
+	}
+}
+
+// SetupWithManager registers the controller: spec, label and annotation
+// changes of GPUClusters (not status writes), every change of the children
+// it owns, and inventory changes of the products a cluster requests.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpulabv1alpha1.GPUCluster{}, productIndex, indexProducts); err != nil {
+		return fmt.Errorf("indexing GPUClusters by product: %w", err)
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&gpulabv1alpha1.GPUCluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
+		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
+			ReconciliationTimeout:   r.opts.ReconcileTimeout,
+		})
+	if r.opts.VolcanoInstalled {
+		b = b.Owns(&schedulingv1beta1.PodGroup{})
+	}
+	return b.Complete(r)
+}
+
+func indexProducts(obj client.Object) []string {
+	c := obj.(*gpulabv1alpha1.GPUCluster)
+	var out []string
+	add := func(r *gpulabv1alpha1.GPURequest) {
+		switch {
+		case r == nil:
+		case r.Product == "":
+			out = append(out, "*")
+		default:
+			out = append(out, r.Product)
+		}
+	}
+	add(c.Spec.Head.GPUs)
+	for i := range c.Spec.WorkerGroups {
+		add(c.Spec.WorkerGroups[i].GPUs)
+	}
+	return out
+}
+
+func (r *Reconciler) clustersForInventory(ctx context.Context, obj client.Object) []reconcile.Request {
+	inv := obj.(*gpulabv1alpha1.GPUInventory)
+	var reqs []reconcile.Request
+	for _, product := range []string{inv.Status.Summary.Product, "*"} {
+		var list gpulabv1alpha1.GPUClusterList
+		if err := r.client.List(ctx, &list, client.MatchingFields{productIndex: product}); err != nil {
+			log.FromContext(ctx).Error(err, "listing clusters for inventory", "inventory", inv.Name)
+			continue
+		}
+		for _, c := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		}
+	}
+	return reqs
+}
+
+// scope carries what one reconcile read and decided.
+type scope struct {
+	cluster       *gpulabv1alpha1.GPUCluster
+	gang          scheduler.Gang
+	desired       *desiredState
+	fromInventory bool
+	pods          []corev1.Pod
+	podGroup      *gpulabv1alpha1.PodGroupStatus
+	// gangErr is why the gang could not be ensured (e.g. Volcano absent).
+	gangErr error
+}
+
+// Reconcile drives one GPUCluster toward its spec: read, compute the desired
+// children in memory, act on the difference, then write status from what
+// was observed.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	cluster := &gpulabv1alpha1.GPUCluster{}
+	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.metrics.Forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		// Owner references let the garbage collector remove the children.
+		return ctrl.Result{}, nil
+	}
+
+	s := &scope{cluster: cluster, gang: scheduler.For(cluster.Spec.Scheduling.Scheduler)}
+	capacity, fromInventory, err := r.capacity(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.fromInventory = fromInventory
+	s.desired = buildDesired(cluster, capacity, s.gang)
+	if s.pods, err = r.listPods(ctx, cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	result, reconcileErr := r.reconcileChildren(ctx, s)
+	statusErr := r.updateStatus(ctx, s)
+	if err := errors.Join(reconcileErr, statusErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	return result, nil
+}
+
+// reconcileChildren runs the phases in order: the gang before any pod, the
+// Service, then the pods; a suspended cluster deletes its pods first and
+// releases the gang after.
+func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.cluster.Spec.Suspend {
+		return r.suspend(ctx, s)
+	}
+	if err := r.reconcileService(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !s.desired.verdict.Fits {
+		// Nothing new is created for a gang that can never fit; existing
+		// pods stay. Inventory watches re-trigger; node capacity does not.
+		if !s.fromInventory {
+			return ctrl.Result{RequeueAfter: recheckCapacity}, nil
+		}
+		return ctrl.Result{}, nil
+	}
+	if err := r.reconcileGang(ctx, s); err != nil {
+		if errors.Is(err, scheduler.ErrNotInstalled) {
+			// A condition, not a crash loop: retry slowly in case Volcano
+			// is installed later.
+			return ctrl.Result{RequeueAfter: time.Minute}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.reconcilePods(ctx, s)
+}
+
+func (r *Reconciler) reconcileGang(ctx context.Context, s *scope) error {
+	status, changed, err := s.gang.Ensure(ctx, r.client, s.cluster, s.desired.gang)
+	if err != nil {
+		s.gangErr = err
+		if errors.Is(err, scheduler.ErrNotInstalled) {
+			return err
+		}
+		r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodGroupFailed", "EnsurePodGroup", "%v", err)
+		return err
+	}
+	s.podGroup = status
+	if changed {
+		r.metrics.PodGroupUpdated()
+	}
+	return nil
+}
+
+// suspend deletes the pods, then releases the gang once they are gone, so
+// the queue's resources are freed for other gangs.
+func (r *Reconciler) suspend(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if len(s.pods) > 0 {
+		return ctrl.Result{}, r.deletePods(ctx, s, s.pods, "suspended")
+	}
+	if err := s.gang.Release(ctx, r.client, s.cluster); err != nil {
+		return ctrl.Result{}, fmt.Errorf("releasing gang: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// capacity reads healthy GPU capacity from the cache.
+func (r *Reconciler) capacity(ctx context.Context) ([]inventory.Node, bool, error) {
+	var invs gpulabv1alpha1.GPUInventoryList
+	if err := r.client.List(ctx, &invs); err != nil && !meta.IsNoMatchError(err) {
+		return nil, false, fmt.Errorf("listing GPU inventories: %w", err)
+	}
+	var nodes corev1.NodeList
+	if err := r.client.List(ctx, &nodes); err != nil {
+		return nil, false, fmt.Errorf("listing nodes: %w", err)
+	}
+	view, fromInventory := inventory.Nodes(invs.Items, nodes.Items)
+	return view, fromInventory, nil
+}

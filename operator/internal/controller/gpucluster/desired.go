@@ -1,0 +1,256 @@
+package gpucluster
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/inventory"
+	"github.com/gpulab/gpulab/operator/internal/podgroup/resources"
+	"github.com/gpulab/gpulab/operator/internal/scheduler"
+)
+
+// Environment variables every pod gets, so launchers (torchrun, mpirun)
+// find the head and their own rank without a discovery service.
+const (
+	EnvClusterName = "GPULAB_CLUSTER_NAME"
+	EnvGroup       = "GPULAB_GROUP"
+	EnvIndex       = "GPULAB_INDEX"
+	EnvHeadAddress = "GPULAB_HEAD_ADDRESS"
+)
+
+// group is one group of identical pods as resolved for this reconcile.
+type group struct {
+	name       string
+	replicas   int32
+	min        int32
+	gpus       *gpulabv1alpha1.GPURequest
+	gpusPerPod int32
+	template   *corev1.PodTemplateSpec
+}
+
+// desiredState is everything a reconcile wants to exist, built in memory
+// from the spec and the capacity view before anything is written.
+type desiredState struct {
+	groups  []group
+	pods    map[string]*corev1.Pod // by name
+	service *corev1.Service
+	gang    resources.Gang
+	verdict inventory.Verdict
+}
+
+// headServiceName is the head's Service; pods reach the head through it.
+func headServiceName(cluster string) string { return cluster + "-head" }
+
+// podName is the deterministic name of a pod: a second create of the same
+// pod fails with AlreadyExists, so no cache lag, restart or second replica
+// can ever make a duplicate.
+func podName(cluster string, g string, index int32) string {
+	if g == gpulabv1alpha1.HeadGroupName {
+		return cluster + "-head"
+	}
+	return fmt.Sprintf("%s-%s-%d", cluster, g, index)
+}
+
+// buildDesired resolves GPU requests against capacity, builds every pod as
+// it will be created, sizes the gang from those pods and checks it fits.
+func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node, gang scheduler.Gang) *desiredState {
+	d := &desiredState{pods: map[string]*corev1.Pod{}}
+	d.groups = append(d.groups, group{
+		name: gpulabv1alpha1.HeadGroupName, replicas: 1, min: 1,
+		gpus: cluster.Spec.Head.GPUs, template: &cluster.Spec.Head.Template,
+	})
+	for i := range cluster.Spec.WorkerGroups {
+		wg := &cluster.Spec.WorkerGroups[i]
+		minimum := wg.Replicas
+		if wg.MinReplicas != nil {
+			minimum = *wg.MinReplicas
+		}
+		d.groups = append(d.groups, group{name: wg.Name, replicas: wg.Replicas, min: minimum, gpus: wg.GPUs, template: &wg.Template})
+	}
+
+	var members []resources.Member
+	var demands []inventory.Demand
+	for i := range d.groups {
+		g := &d.groups[i]
+		g.gpusPerPod = resolveGPUs(g.gpus, capacity)
+		if g.gpus != nil {
+			demands = append(demands, inventory.Demand{Group: g.name, Selector: selector(g.gpus), GPUsPerPod: g.gpusPerPod, Pods: g.min})
+			if g.gpusPerPod == 0 {
+				// wholeNode with no matching node: Check reports it.
+				demands[len(demands)-1].GPUsPerPod = 1
+			}
+		}
+		var sample *corev1.Pod
+		for idx := range g.replicas {
+			pod := buildPod(cluster, g, idx, gang)
+			d.pods[pod.Name] = pod
+			if sample == nil {
+				sample = pod
+			}
+		}
+		if sample == nil {
+			sample = buildPod(cluster, g, 0, gang)
+		}
+		members = append(members, resources.Member{Task: g.name, Pod: sample, Min: g.min})
+	}
+	d.gang = resources.ForMembers(members)
+	d.verdict = inventory.Check(capacity, demands)
+	d.service = buildHeadService(cluster)
+	return d
+}
+
+func selector(r *gpulabv1alpha1.GPURequest) inventory.Selector {
+	s := inventory.Selector{Product: r.Product}
+	if r.MinMemoryMiB != nil {
+		s.MinMemoryMiB = *r.MinMemoryMiB
+	}
+	return s
+}
+
+// resolveGPUs turns a request into a per-pod GPU count: perPod as given,
+// wholeNode as the healthy GPU count of the matching nodes.
+func resolveGPUs(r *gpulabv1alpha1.GPURequest, capacity []inventory.Node) int32 {
+	switch {
+	case r == nil:
+		return 0
+	case r.PerPod != nil:
+		return *r.PerPod
+	default:
+		return inventory.WholeNodeGPUs(capacity, selector(r))
+	}
+}
+
+// buildPod renders one pod of a group exactly as it will be created.
+func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang scheduler.Gang) *corev1.Pod {
+	tmpl := g.template.DeepCopy()
+	name := podName(cluster.Name, g.name, index)
+	labels := map[string]string{}
+	for k, v := range tmpl.Labels {
+		labels[k] = v
+	}
+	labels[gpulabv1alpha1.ClusterLabel] = cluster.Name
+	labels[gpulabv1alpha1.GroupLabel] = g.name
+	labels[gpulabv1alpha1.IndexLabel] = strconv.Itoa(int(index))
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   cluster.Namespace,
+			Name:        name,
+			Labels:      labels,
+			Annotations: tmpl.Annotations,
+		},
+		Spec: tmpl.Spec,
+	}
+	pod.Spec.Hostname = name
+	if cluster.Spec.Scheduling.PriorityClassName != "" {
+		pod.Spec.PriorityClassName = cluster.Spec.Scheduling.PriorityClassName
+	}
+	env := []corev1.EnvVar{
+		{Name: EnvClusterName, Value: cluster.Name},
+		{Name: EnvGroup, Value: g.name},
+		{Name: EnvIndex, Value: strconv.Itoa(int(index))},
+		{Name: EnvHeadAddress, Value: fmt.Sprintf("%s.%s.svc", headServiceName(cluster.Name), cluster.Namespace)},
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, env...)
+	}
+	if g.gpus != nil {
+		addGPURequest(pod, g.gpus.Container, g.gpusPerPod)
+		addGPUAffinity(pod, g.gpus)
+	}
+	gang.Decorate(pod, cluster, g.name)
+	return pod
+}
+
+// addGPURequest puts n GPUs on the named container (the first by default),
+// as request and limit: extended resources need both, equal.
+func addGPURequest(pod *corev1.Pod, container string, n int32) {
+	if n <= 0 || len(pod.Spec.Containers) == 0 {
+		return
+	}
+	target := &pod.Spec.Containers[0]
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == container {
+			target = &pod.Spec.Containers[i]
+		}
+	}
+	q := *resource.NewQuantity(int64(n), resource.DecimalSI)
+	if target.Resources.Requests == nil {
+		target.Resources.Requests = corev1.ResourceList{}
+	}
+	if target.Resources.Limits == nil {
+		target.Resources.Limits = corev1.ResourceList{}
+	}
+	target.Resources.Requests[inventory.GPUResource] = q
+	target.Resources.Limits[inventory.GPUResource] = q
+}
+
+// addGPUAffinity requires the GFD product and memory labels, ANDed into
+// every required node selector term of the template.
+func addGPUAffinity(pod *corev1.Pod, r *gpulabv1alpha1.GPURequest) {
+	var exprs []corev1.NodeSelectorRequirement
+	if r.Product != "" {
+		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: inventory.ProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{r.Product}})
+	}
+	if r.MinMemoryMiB != nil {
+		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: inventory.MemoryLabel, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(*r.MinMemoryMiB-1, 10)}})
+	}
+	if len(exprs) == 0 {
+		return
+	}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		terms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, exprs...)
+	}
+	na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
+}
+
+// buildHeadService is a headless Service for the head pod. It publishes the
+// head's address before the head is Ready, because workers rendezvous with
+// it while it starts.
+func buildHeadService(cluster *gpulabv1alpha1.GPUCluster) *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: cluster.Namespace,
+			Name:      headServiceName(cluster.Name),
+			Labels:    map[string]string{gpulabv1alpha1.ClusterLabel: cluster.Name},
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector: map[string]string{
+				gpulabv1alpha1.ClusterLabel: cluster.Name,
+				gpulabv1alpha1.GroupLabel:   gpulabv1alpha1.HeadGroupName,
+			},
+		},
+	}
+	for _, c := range cluster.Spec.Head.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			name := p.Name
+			if name == "" {
+				name = fmt.Sprintf("port-%d", p.ContainerPort)
+			}
+			svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: name, Port: p.ContainerPort, Protocol: p.Protocol})
+		}
+	}
+	return svc
+}

@@ -1,0 +1,132 @@
+package gpucluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+func (r *Reconciler) listPods(ctx context.Context, cluster *gpulabv1alpha1.GPUCluster) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(cluster.Namespace),
+		client.MatchingLabels{gpulabv1alpha1.ClusterLabel: cluster.Name}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	// Only pods this cluster controls: a user's pod with our label is not ours.
+	owned := pods.Items[:0]
+	for _, p := range pods.Items {
+		if metav1.IsControlledBy(&p, cluster) {
+			owned = append(owned, p)
+		}
+	}
+	return owned, nil
+}
+
+// reconcilePods deletes pods that are no longer wanted (highest index
+// first) or that failed, and creates the missing ones. A pod being deleted
+// is left alone; its name is reused once it is gone.
+func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
+	var extra, finished []corev1.Pod
+	present := map[string]bool{}
+	for _, p := range s.pods {
+		present[p.Name] = true
+		switch {
+		case !p.DeletionTimestamp.IsZero():
+		case s.desired.pods[p.Name] == nil:
+			extra = append(extra, p)
+		case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+			// A cluster's pods run until deleted; an exited one is replaced.
+			finished = append(finished, p)
+		}
+	}
+	sort.Slice(extra, func(i, j int) bool { return podIndex(&extra[i]) > podIndex(&extra[j]) })
+
+	var errs []error
+	if len(extra) > 0 {
+		errs = append(errs, r.deletePods(ctx, s, extra, "scaled down"))
+	}
+	if len(finished) > 0 {
+		errs = append(errs, r.deletePods(ctx, s, finished, "exited"))
+	}
+
+	var created []string
+	for _, name := range slices.Sorted(maps.Keys(s.desired.pods)) {
+		if present[name] {
+			continue
+		}
+		pod := s.desired.pods[name].DeepCopy()
+		if err := controllerutil.SetControllerReference(s.cluster, pod, r.scheme); err != nil {
+			return err
+		}
+		err := r.client.Create(ctx, pod)
+		switch {
+		case err == nil:
+			created = append(created, name)
+		case apierrors.IsAlreadyExists(err):
+			// Our cache lags a create of our own: the pod exists, nothing to do.
+		default:
+			errs = append(errs, fmt.Errorf("creating pod %s: %w", name, err))
+		}
+	}
+	if len(created) > 0 {
+		r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CreatedPods", "CreatePods", "Created %d pods: %s", len(created), summarize(created))
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodsFailed", "ReconcilePods", "%v", err)
+		return err
+	}
+	return nil
+}
+
+func (r *Reconciler) deletePods(ctx context.Context, s *scope, pods []corev1.Pod, why string) error {
+	var deleted []string
+	var errs []error
+	for i := range pods {
+		p := &pods[i]
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		// The UID precondition makes sure we delete the pod we saw, not a
+		// replacement created under the same name since.
+		err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID})
+		switch {
+		case err == nil:
+			deleted = append(deleted, p.Name)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		default:
+			errs = append(errs, fmt.Errorf("deleting pod %s: %w", p.Name, err))
+		}
+	}
+	if len(deleted) > 0 {
+		r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "DeletedPods", "DeletePods", "Deleted %d pods (%s): %s", len(deleted), why, summarize(deleted))
+	}
+	return errors.Join(errs...)
+}
+
+func podIndex(p *corev1.Pod) int {
+	i, err := strconv.Atoi(p.Labels[gpulabv1alpha1.IndexLabel])
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+func summarize(names []string) string {
+	if len(names) > 5 {
+		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}

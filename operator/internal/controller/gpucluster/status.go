@@ -1,0 +1,211 @@
+package gpucluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/scheduler"
+)
+
+// updateStatus writes the status computed from this reconcile's
+// observations, only when it changed. On a conflict it re-reads the cluster
+// from the API server and recomputes on top of what is there (keeping the
+// first-seen timestamps), never overwriting blindly.
+func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
+	old := s.cluster.Status.DeepCopy()
+	next := computeStatus(s, old, metav1.Now())
+	if equality.Semantic.DeepEqual(*old, next) {
+		r.metrics.SetPhase(client.ObjectKeyFromObject(s.cluster), string(next.Phase))
+		return nil
+	}
+	updated := s.cluster.DeepCopy()
+	updated.Status = next
+	err := r.client.Status().Update(ctx, updated)
+	if apierrors.IsConflict(err) {
+		fresh := &gpulabv1alpha1.GPUCluster{}
+		if getErr := r.apiReader.Get(ctx, client.ObjectKeyFromObject(s.cluster), fresh); getErr != nil {
+			return errors.Join(err, getErr)
+		}
+		if fresh.Generation != s.cluster.Generation {
+			// The spec moved on; the next reconcile sees it.
+			return fmt.Errorf("status write raced a spec change: %w", err)
+		}
+		old = fresh.Status.DeepCopy()
+		next = computeStatus(s, old, metav1.Now())
+		fresh.Status = next
+		updated = fresh
+		err = r.client.Status().Update(ctx, updated)
+	}
+	if err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	r.recordTransitions(s.cluster, old, &next)
+	return nil
+}
+
+// recordTransitions updates metrics and events on changes only.
+func (r *Reconciler) recordTransitions(cluster *gpulabv1alpha1.GPUCluster, old, next *gpulabv1alpha1.GPUClusterStatus) {
+	created := cluster.CreationTimestamp.Time
+	if old.ScheduledTime == nil && next.ScheduledTime != nil {
+		r.metrics.ObserveBound(next.ScheduledTime.Sub(created))
+	}
+	if old.ReadyTime == nil && next.ReadyTime != nil {
+		r.metrics.ObserveReady(next.ReadyTime.Sub(created))
+	}
+	r.metrics.SetPhase(client.ObjectKeyFromObject(cluster), string(next.Phase))
+	was := meta.FindStatusCondition(old.Conditions, gpulabv1alpha1.ConditionSchedulable)
+	now := meta.FindStatusCondition(next.Conditions, gpulabv1alpha1.ConditionSchedulable)
+	if now != nil && now.Status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse) {
+		r.metrics.Unschedulable(now.Reason)
+		r.events.Eventf(cluster, nil, corev1.EventTypeWarning, now.Reason, "CheckCapacity", "%s", now.Message)
+	}
+}
+
+// podCounts are the observations status is computed from.
+type podCounts struct {
+	existing, bound, ready int32
+	headReady              bool
+	readyByGroup           map[string]int32
+}
+
+func countPods(s *scope) podCounts {
+	c := podCounts{readyByGroup: map[string]int32{}}
+	for i := range s.pods {
+		p := &s.pods[i]
+		if s.desired.pods[p.Name] == nil || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		c.existing++
+		if p.Spec.NodeName != "" {
+			c.bound++
+		}
+		if p.Status.Phase == corev1.PodRunning && podReady(p) {
+			c.ready++
+			c.readyByGroup[p.Labels[gpulabv1alpha1.GroupLabel]]++
+			if p.Labels[gpulabv1alpha1.GroupLabel] == gpulabv1alpha1.HeadGroupName {
+				c.headReady = true
+			}
+		}
+	}
+	return c
+}
+
+// computeStatus derives the whole status from the scope; old supplies the
+// first-seen timestamps and condition transition times.
+func computeStatus(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.Time) gpulabv1alpha1.GPUClusterStatus {
+	suspended := s.cluster.Spec.Suspend
+	counts := countPods(s)
+	next := gpulabv1alpha1.GPUClusterStatus{
+		ObservedGeneration: s.cluster.Generation,
+		ScheduledTime:      old.ScheduledTime,
+		ReadyTime:          old.ReadyTime,
+		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
+		PodGroup:           s.podGroup,
+	}
+	for _, g := range s.desired.groups {
+		next.Groups = append(next.Groups, gpulabv1alpha1.GroupStatus{
+			Name: g.name, Desired: g.replicas, Ready: counts.readyByGroup[g.name], GPUsPerPod: g.gpusPerPod,
+		})
+		next.DesiredPods += g.replicas
+		next.GPUs += g.replicas * g.gpusPerPod
+	}
+	next.ReadyPods = counts.ready
+	if next.PodGroup == nil && !suspended && s.gangErr == nil {
+		// The gang was not touched this time (e.g. it cannot fit): keep what we knew.
+		next.PodGroup = old.PodGroup
+	}
+
+	allBound := !suspended && next.DesiredPods > 0 && counts.bound == next.DesiredPods
+	allReady := !suspended && next.DesiredPods > 0 && counts.ready == next.DesiredPods
+	if suspended {
+		next.ScheduledTime, next.ReadyTime = nil, nil
+	}
+	if allBound && next.ScheduledTime == nil {
+		next.ScheduledTime = &now
+	}
+	if allReady && next.ReadyTime == nil {
+		next.ReadyTime = &now
+	}
+
+	set := func(typ string, ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&next.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.cluster.Generation, LastTransitionTime: now,
+		})
+	}
+	v := s.desired.verdict
+	set(gpulabv1alpha1.ConditionSchedulable, v.Fits, v.Reason, v.Message)
+	volcanoMissing := errors.Is(s.gangErr, scheduler.ErrNotInstalled)
+	switch {
+	case volcanoMissing:
+		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonVolcanoNotInstalled,
+			"spec.scheduling.scheduler is volcano but Volcano's PodGroup API (scheduling.volcano.sh/v1beta1) is not served; install Volcano or use scheduler: default")
+	case suspended:
+		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonSuspendRequested, "the cluster is suspended")
+	case allBound:
+		set(gpulabv1alpha1.ConditionGangScheduled, true, gpulabv1alpha1.ReasonAllPodsBound, fmt.Sprintf("all %d pods are bound", next.DesiredPods))
+	default:
+		msg := fmt.Sprintf("%d of %d pods bound", counts.bound, next.DesiredPods)
+		if next.PodGroup != nil && next.PodGroup.Phase != "" {
+			msg += fmt.Sprintf("; PodGroup %s is %s", next.PodGroup.Name, next.PodGroup.Phase)
+		}
+		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonPodsPending, msg)
+	}
+	if counts.headReady && !suspended {
+		set(gpulabv1alpha1.ConditionHeadReady, true, gpulabv1alpha1.ReasonHeadPodReady, "the head pod is Ready")
+	} else {
+		set(gpulabv1alpha1.ConditionHeadReady, false, gpulabv1alpha1.ReasonHeadPodNotReady, "the head pod is missing or not Ready")
+	}
+	switch {
+	case suspended:
+		set(gpulabv1alpha1.ConditionReady, false, gpulabv1alpha1.ReasonSuspendRequested, "the cluster is suspended")
+	case allReady:
+		set(gpulabv1alpha1.ConditionReady, true, gpulabv1alpha1.ReasonPodsReady, fmt.Sprintf("all %d pods are Ready", next.DesiredPods))
+	default:
+		set(gpulabv1alpha1.ConditionReady, false, gpulabv1alpha1.ReasonPodsNotReady, fmt.Sprintf("%d of %d pods Ready", counts.ready, next.DesiredPods))
+	}
+	if suspended {
+		set(gpulabv1alpha1.ConditionSuspended, true, gpulabv1alpha1.ReasonSuspendRequested, "spec.suspend is true: pods deleted, gang released")
+	} else {
+		set(gpulabv1alpha1.ConditionSuspended, false, gpulabv1alpha1.ReasonNotSuspended, "spec.suspend is false")
+	}
+
+	switch {
+	case suspended:
+		next.Phase = gpulabv1alpha1.ClusterSuspended
+	case volcanoMissing:
+		next.Phase = gpulabv1alpha1.ClusterFailed
+	case !v.Fits:
+		next.Phase = gpulabv1alpha1.ClusterUnschedulable
+	case allReady:
+		next.Phase = gpulabv1alpha1.ClusterReady
+	case allBound:
+		next.Phase = gpulabv1alpha1.ClusterProvisioning
+	case counts.existing > 0:
+		next.Phase = gpulabv1alpha1.ClusterScheduling
+	default:
+		next.Phase = gpulabv1alpha1.ClusterPending
+	}
+	return next
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,211 @@
+// Package inventory is the operator's view of healthy GPU capacity: one
+// entry per schedulable node, from GPUInventory where the node agent runs,
+// from node allocatable and GFD labels otherwise. It resolves wholeNode
+// requests and decides whether a gang can ever fit.
+package inventory
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// GFD label keys the operator reads and places pods with.
+const (
+	ProductLabel = "nvidia.com/gpu.product"
+	MemoryLabel  = "nvidia.com/gpu.memory"
+	// GPUResource is the device plugin's extended resource.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+)
+
+// Node is one schedulable node's healthy GPUs.
+type Node struct {
+	Name      string
+	Product   string
+	MemoryMiB int64
+	Healthy   int32
+}
+
+// Nodes builds the capacity view. Only Ready, schedulable nodes count. When
+// any GPUInventory exists, nodes without one count as having no GPUs (the
+// agent is the source of truth); otherwise allocatable nvidia.com/gpu and
+// the GFD labels stand in.
+func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node) (view []Node, fromInventory bool) {
+	byName := make(map[string]*gpulabv1alpha1.GPUInventory, len(invs))
+	for i := range invs {
+		byName[invs[i].Name] = &invs[i]
+	}
+	fromInventory = len(invs) > 0
+	for i := range nodes {
+		n := &nodes[i]
+		if !schedulable(n) {
+			continue
+		}
+		var entry Node
+		if fromInventory {
+			inv, ok := byName[n.Name]
+			if !ok {
+				continue
+			}
+			entry = Node{Name: n.Name, Product: inv.Status.Summary.Product, MemoryMiB: inv.Status.Summary.MemoryMiB, Healthy: inv.Status.Summary.Healthy}
+		} else {
+			gpus := n.Status.Allocatable[GPUResource]
+			mem, _ := strconv.ParseInt(n.Labels[MemoryLabel], 10, 64)
+			entry = Node{Name: n.Name, Product: n.Labels[ProductLabel], MemoryMiB: mem, Healthy: int32(gpus.Value())}
+		}
+		if entry.Healthy > 0 {
+			view = append(view, entry)
+		}
+	}
+	sort.Slice(view, func(i, j int) bool { return view[i].Name < view[j].Name })
+	return view, fromInventory
+}
+
+func schedulable(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Selector narrows the nodes a group may use.
+type Selector struct {
+	// Product is the GFD product name; empty means any.
+	Product string
+	// MinMemoryMiB is the least GPU memory; zero means any.
+	MinMemoryMiB int64
+}
+
+// Matches says whether node n satisfies the selector.
+func (s Selector) Matches(n Node) bool {
+	return (s.Product == "" || n.Product == s.Product) && n.MemoryMiB >= s.MinMemoryMiB
+}
+
+// String names the GPUs the selector wants, for messages.
+func (s Selector) String() string {
+	parts := []string{}
+	if s.Product != "" {
+		parts = append(parts, s.Product)
+	}
+	if s.MinMemoryMiB > 0 {
+		parts = append(parts, fmt.Sprintf("≥%d MiB", s.MinMemoryMiB))
+	}
+	if len(parts) == 0 {
+		return "GPUs"
+	}
+	return strings.Join(parts, " ") + " GPUs"
+}
+
+// WholeNodeGPUs resolves gpus.wholeNode: the largest healthy GPU count among
+// matching nodes, so every pod owns a whole healthy node. Zero when no node
+// matches.
+func WholeNodeGPUs(nodes []Node, sel Selector) int32 {
+	var best int32
+	for _, n := range nodes {
+		if sel.Matches(n) && n.Healthy > best {
+			best = n.Healthy
+		}
+	}
+	return best
+}
+
+// Demand is the part of a gang one group must place.
+type Demand struct {
+	Group      string
+	Selector   Selector
+	GPUsPerPod int32
+	// Pods is how many of the group's pods the gang needs at once.
+	Pods int32
+}
+
+// Verdict says whether a gang can ever fit the healthy capacity.
+type Verdict struct {
+	Fits    bool
+	Reason  string
+	Message string
+}
+
+// Check decides whether the demands can ever fit. It only says no when that
+// is certain: per group, the pods that fit on matching nodes (a pod needs
+// all its GPUs on one node) must cover the group; and groups that draw on
+// the same nodes must not need more GPUs than those nodes have.
+func Check(nodes []Node, demands []Demand) Verdict {
+	totals := map[Selector]int64{}
+	for _, d := range demands {
+		if d.GPUsPerPod <= 0 || d.Pods <= 0 {
+			continue
+		}
+		var slots, matching, roomy int32
+		for _, n := range nodes {
+			if !d.Selector.Matches(n) {
+				continue
+			}
+			matching++
+			fit := n.Healthy / d.GPUsPerPod
+			slots += fit
+			if fit > 0 {
+				roomy++
+			}
+		}
+		if matching == 0 {
+			return Verdict{Reason: gpulabv1alpha1.ReasonNoMatchingNodes,
+				Message: fmt.Sprintf("group %s needs %s; no schedulable node has healthy ones (%s)", d.Group, d.Selector, describe(nodes))}
+		}
+		if slots < d.Pods {
+			return Verdict{Reason: gpulabv1alpha1.ReasonInsufficientGPUs, Message: shortfall(d, slots, roomy)}
+		}
+		totals[d.Selector] += int64(d.Pods) * int64(d.GPUsPerPod)
+	}
+	for sel, need := range totals {
+		var have int64
+		for _, n := range nodes {
+			if sel.Matches(n) {
+				have += int64(n.Healthy)
+			}
+		}
+		if need > have {
+			return Verdict{Reason: gpulabv1alpha1.ReasonInsufficientGPUs,
+				Message: fmt.Sprintf("the gang needs %d healthy %s; %d exist", need, sel, have)}
+		}
+	}
+	return Verdict{Fits: true, Reason: gpulabv1alpha1.ReasonFits, Message: "the gang fits the healthy GPU capacity"}
+}
+
+func shortfall(d Demand, slots, roomy int32) string {
+	if slots == roomy {
+		// At most one pod per node: count nodes, the way people think of it.
+		return fmt.Sprintf("group %s needs %d nodes with ≥%d healthy %s; %d exist", d.Group, d.Pods, d.GPUsPerPod, d.Selector, roomy)
+	}
+	return fmt.Sprintf("group %s needs %d pods with %d healthy %s each on one node; the matching nodes hold %d", d.Group, d.Pods, d.GPUsPerPod, d.Selector, slots)
+}
+
+// describe summarises the fleet by product for messages.
+func describe(nodes []Node) string {
+	if len(nodes) == 0 {
+		return "no GPU nodes"
+	}
+	count := map[string]int{}
+	for _, n := range nodes {
+		count[n.Product]++
+	}
+	products := make([]string, 0, len(count))
+	for p := range count {
+		products = append(products, p)
+	}
+	sort.Strings(products)
+	parts := make([]string, 0, len(products))
+	for _, p := range products {
+		parts = append(parts, fmt.Sprintf("%d× %s", count[p], p))
+	}
+	return "fleet: " + strings.Join(parts, ", ")
+}

@@ -1,0 +1,104 @@
+package inventory
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+
+func node(name, product string, gpus int64, ready bool) corev1.Node {
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	return corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ProductLabel: product, MemoryLabel: "81559"}},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}},
+		},
+	}
+}
+
+func inv(name, product string, healthy int32) gpulabv1alpha1.GPUInventory {
+	return gpulabv1alpha1.GPUInventory{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status:     gpulabv1alpha1.GPUInventoryStatus{Summary: gpulabv1alpha1.InventorySummary{Count: 8, Healthy: healthy, Product: product, MemoryMiB: 81559}},
+	}
+}
+
+func TestNodesPrefersInventory(t *testing.T) {
+	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, false)}
+	view, fromInv := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("c", h100, 8)}, nodes)
+	if !fromInv {
+		t.Fatal("expected the inventory to be the source")
+	}
+	// b has no inventory (no agent) and c is NotReady: only a counts, with 7 healthy.
+	if len(view) != 1 || view[0].Name != "a" || view[0].Healthy != 7 {
+		t.Fatalf("view = %+v, want only node a with 7 healthy GPUs", view)
+	}
+	view, fromInv = Nodes(nil, nodes)
+	if fromInv || len(view) != 2 || view[0].Healthy != 8 || view[0].Product != h100 || view[0].MemoryMiB != 81559 {
+		t.Fatalf("fallback view = %+v (from inventory %v), want a and b from allocatable and labels", view, fromInv)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	fleet := []Node{
+		{Name: "h0", Product: h100, MemoryMiB: 81559, Healthy: 8},
+		{Name: "h1", Product: h100, MemoryMiB: 81559, Healthy: 8},
+		{Name: "h2", Product: h100, MemoryMiB: 81559, Healthy: 7},
+		{Name: "a0", Product: "NVIDIA-A100-SXM4-40GB", MemoryMiB: 40960, Healthy: 8},
+	}
+	onH100 := Selector{Product: h100}
+	tests := []struct {
+		name    string
+		demands []Demand
+		fits    bool
+		message string
+	}{
+		{name: "two whole H100 nodes fit", fits: true, demands: []Demand{{Group: "w", Selector: onH100, GPUsPerPod: 8, Pods: 2}}},
+		{name: "three whole H100 nodes do not: one has a sick GPU", demands: []Demand{{Group: "w", Selector: onH100, GPUsPerPod: 8, Pods: 3}},
+			message: "group w needs 3 nodes with ≥8 healthy NVIDIA-H100-80GB-HBM3 GPUs; 2 exist"},
+		{name: "half nodes pack", fits: true, demands: []Demand{{Group: "w", Selector: onH100, GPUsPerPod: 4, Pods: 5}}},
+		{name: "too many half nodes", demands: []Demand{{Group: "w", Selector: onH100, GPUsPerPod: 4, Pods: 6}},
+			message: "group w needs 6 pods with 4 healthy NVIDIA-H100-80GB-HBM3 GPUs each on one node; the matching nodes hold 5"},
+		{name: "any product", fits: true, demands: []Demand{{Group: "w", GPUsPerPod: 8, Pods: 3}}},
+		{name: "memory floor excludes A100", demands: []Demand{{Group: "w", Selector: Selector{MinMemoryMiB: 80000}, GPUsPerPod: 8, Pods: 3}},
+			message: "group w needs 3 nodes with ≥8 healthy ≥80000 MiB GPUs; 2 exist"},
+		{name: "unknown product", demands: []Demand{{Group: "w", Selector: Selector{Product: "NVIDIA-B200"}, GPUsPerPod: 1, Pods: 1}},
+			message: "no schedulable node has healthy ones (fleet: 1× NVIDIA-A100-SXM4-40GB, 3× NVIDIA-H100-80GB-HBM3)"},
+		{name: "groups sharing nodes exceed them together",
+			demands: []Demand{{Group: "a", Selector: onH100, GPUsPerPod: 4, Pods: 3}, {Group: "b", Selector: onH100, GPUsPerPod: 4, Pods: 3}},
+			message: "the gang needs 24 healthy NVIDIA-H100-80GB-HBM3 GPUs; 23 exist"},
+		{name: "CPU-only groups always fit", fits: true, demands: []Demand{{Group: "cpu", Pods: 100}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Check(fleet, tc.demands)
+			if v.Fits != tc.fits {
+				t.Fatalf("fits = %v (%s), want %v", v.Fits, v.Message, tc.fits)
+			}
+			if !tc.fits && !strings.Contains(v.Message, tc.message) {
+				t.Errorf("message %q, want it to contain %q", v.Message, tc.message)
+			}
+		})
+	}
+}
+
+func TestWholeNodeGPUs(t *testing.T) {
+	fleet := []Node{{Name: "h0", Product: h100, Healthy: 7}, {Name: "h1", Product: h100, Healthy: 8}, {Name: "b", Product: "NVIDIA-B200", Healthy: 4}}
+	if got := WholeNodeGPUs(fleet, Selector{Product: h100}); got != 8 {
+		t.Errorf("H100 whole node = %d, want 8", got)
+	}
+	if got := WholeNodeGPUs(fleet, Selector{Product: "NVIDIA-A100-SXM4-40GB"}); got != 0 {
+		t.Errorf("absent product whole node = %d, want 0", got)
+	}
+}

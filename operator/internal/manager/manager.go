@@ -1,0 +1,194 @@
+// Package manager assembles the gpulab operator: scheme, caches restricted
+// to what the operator owns, leader election, metrics and health endpoints,
+// and the controllers. main and the tests build the same manager here.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
+	"github.com/gpulab/gpulab/operator/internal/metrics"
+)
+
+// Scheme holds every kind the operator reads or writes.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(schedulingv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(gpulabv1alpha1.AddToScheme(Scheme))
+}
+
+// LeaderElectionID is the Lease the operator's replicas compete for.
+const LeaderElectionID = "gpulab-operator.gpulab.io"
+
+// Options configures the operator. Field comments give the defaults that
+// Validate fills in.
+type Options struct {
+	// ReconcileConcurrency is the number of parallel reconciles. Default 4.
+	ReconcileConcurrency int
+	// ReconcileTimeout bounds one reconcile. Default 1m.
+	ReconcileTimeout time.Duration
+	// WatchNamespaces restricts the operator to these namespaces; empty
+	// means all.
+	WatchNamespaces []string
+	// LeaderElect enables leader election (on by default in-cluster).
+	LeaderElect bool
+	// LeaderElectionNamespace holds the Lease. Default: the pod's namespace
+	// in-cluster; required out of cluster when LeaderElect is set.
+	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election.
+	// Defaults 15s, 10s, 2s (controller-runtime's).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MetricsBindAddress serves /metrics; "0" disables. Default ":8080".
+	MetricsBindAddress string
+	// SecureMetrics serves metrics over HTTPS behind Kubernetes authn/authz.
+	SecureMetrics bool
+	// HealthProbeBindAddress serves /healthz and /readyz. Default ":8081".
+	HealthProbeBindAddress string
+	// Metrics receives the gpulab_ metrics. Default: a fresh set registered
+	// with controller-runtime's registry.
+	Metrics *metrics.Clusters
+}
+
+// Validate checks the options and fills in defaults.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ReconcileConcurrency == 0 {
+		o.ReconcileConcurrency = 4
+	}
+	if o.ReconcileConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--reconcile-concurrency must be at least 1, got %d", o.ReconcileConcurrency))
+	}
+	if o.ReconcileTimeout == 0 {
+		o.ReconcileTimeout = time.Minute
+	}
+	if o.ReconcileTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--reconcile-timeout must be positive, got %s", o.ReconcileTimeout))
+	}
+	for _, ns := range o.WatchNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--watch-namespace %q is not a namespace name: %v", ns, msgs))
+		}
+	}
+	if o.MetricsBindAddress == "" {
+		o.MetricsBindAddress = ":8080"
+	}
+	if o.HealthProbeBindAddress == "" {
+		o.HealthProbeBindAddress = ":8081"
+	}
+	return errors.Join(errs...)
+}
+
+// New builds the operator's manager with its controllers registered.
+func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	// The pod cache holds only gpulab's pods, so memory follows gpulab's
+	// pods, not the cluster's.
+	owned, err := labels.NewRequirement(gpulabv1alpha1.ClusterLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	cacheOpts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*owned)},
+			&corev1.Service{}: {Label: labels.NewSelector().Add(*owned)},
+		},
+	}
+	if len(opts.WatchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.WatchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.SecureMetrics}
+	if opts.SecureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mopts := ctrl.Options{
+		Scheme:                        Scheme,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if opts.LeaseDuration > 0 {
+		mopts.LeaseDuration = &opts.LeaseDuration
+	}
+	if opts.RenewDeadline > 0 {
+		mopts.RenewDeadline = &opts.RenewDeadline
+	}
+	if opts.RetryPeriod > 0 {
+		mopts.RetryPeriod = &opts.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	m := opts.Metrics
+	if m == nil {
+		m = metrics.NewClusters(nil)
+	}
+	volcano, err := volcanoServed(mgr)
+	if err != nil {
+		return nil, err
+	}
+	if !volcano {
+		ctrl.Log.WithName("setup").Info("Volcano's PodGroup API is not served: GPUClusters with scheduler volcano will report VolcanoNotInstalled until it is installed and the operator restarted")
+	}
+	r := gpucluster.New(mgr, m, gpucluster.Options{
+		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		ReconcileTimeout:        opts.ReconcileTimeout,
+		VolcanoInstalled:        volcano,
+	})
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// volcanoServed says whether the API server serves Volcano's PodGroups; the
+// controller only watches them when it does, so a cluster without Volcano
+// still runs scheduler: default clusters.
+func volcanoServed(mgr ctrl.Manager) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(schedulingv1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), "v1beta1")
+	if err == nil {
+		return true, nil
+	}
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("discovering Volcano's API: %w", err)
+}

@@ -1,0 +1,125 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/podgroup/resources"
+)
+
+// Volcano pod metadata.
+const (
+	// VolcanoSchedulerName is the schedulerName of pods Volcano places.
+	VolcanoSchedulerName = "volcano"
+	// TaskAnnotation names a pod's task for minTaskMember.
+	TaskAnnotation = "volcano.sh/task-spec"
+)
+
+// Volcano gang-schedules a cluster through a PodGroup owned by the cluster.
+type Volcano struct{}
+
+var _ Gang = Volcano{}
+
+// PodGroupName is the PodGroup of a cluster.
+func PodGroupName(cluster string) string { return cluster + "-pg" }
+
+// Name implements Gang.
+func (Volcano) Name() gpulabv1alpha1.SchedulerName { return gpulabv1alpha1.SchedulerVolcano }
+
+// Decorate implements Gang: Volcano places the pod as a member of the
+// cluster's PodGroup, in task.
+func (Volcano) Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, task string) {
+	pod.Spec.SchedulerName = VolcanoSchedulerName
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] = PodGroupName(cluster.Name)
+	pod.Annotations[TaskAnnotation] = task
+}
+
+// Ensure implements Gang.
+func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, gang resources.Gang) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
+	want := schedulingv1beta1.PodGroupSpec{
+		MinMember:         gang.MinMember,
+		MinTaskMember:     gang.MinTaskMember,
+		Queue:             cluster.Spec.Scheduling.Queue,
+		PriorityClassName: cluster.Spec.Scheduling.PriorityClassName,
+		MinResources:      &gang.MinResources,
+	}
+	pg := &schedulingv1beta1.PodGroup{}
+	key := client.ObjectKey{Namespace: cluster.Namespace, Name: PodGroupName(cluster.Name)}
+	err := c.Get(ctx, key, pg)
+	switch {
+	case meta.IsNoMatchError(err):
+		return nil, false, fmt.Errorf("%w: PodGroup (scheduling.volcano.sh/v1beta1) is not served: %w", ErrNotInstalled, err)
+	case apierrors.IsNotFound(err):
+		pg = &schedulingv1beta1.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: key.Namespace, Name: key.Name,
+				Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster.Name},
+			},
+			Spec: want,
+		}
+		if err := controllerutil.SetControllerReference(cluster, pg, c.Scheme()); err != nil {
+			return nil, false, err
+		}
+		if err := c.Create(ctx, pg); err != nil {
+			if meta.IsNoMatchError(err) {
+				return nil, false, fmt.Errorf("%w: %w", ErrNotInstalled, err)
+			}
+			return nil, false, fmt.Errorf("creating PodGroup %s: %w", key.Name, err)
+		}
+		return observed(pg), true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("reading PodGroup %s: %w", key.Name, err)
+	}
+	if specEqual(pg.Spec, want) {
+		return observed(pg), false, nil
+	}
+	pg.Spec = want
+	if err := c.Update(ctx, pg); err != nil {
+		return nil, false, fmt.Errorf("updating PodGroup %s: %w", key.Name, err)
+	}
+	return observed(pg), true, nil
+}
+
+// Release implements Gang: deleting the PodGroup frees what Volcano holds
+// for it in the queue (an Inqueue PodGroup keeps its minResources reserved).
+func (Volcano) Release(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster) error {
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: PodGroupName(cluster.Name)}}
+	err := c.Delete(ctx, pg)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil
+	}
+	return err
+}
+
+func specEqual(a, b schedulingv1beta1.PodGroupSpec) bool {
+	return a.MinMember == b.MinMember && maps.Equal(a.MinTaskMember, b.MinTaskMember) &&
+		a.Queue == b.Queue && a.PriorityClassName == b.PriorityClassName &&
+		a.MinResources != nil && equality.Semantic.DeepEqual(*a.MinResources, *b.MinResources)
+}
+
+func observed(pg *schedulingv1beta1.PodGroup) *gpulabv1alpha1.PodGroupStatus {
+	s := &gpulabv1alpha1.PodGroupStatus{
+		Name:          pg.Name,
+		Phase:         string(pg.Status.Phase),
+		MinMember:     pg.Spec.MinMember,
+		MinTaskMember: maps.Clone(pg.Spec.MinTaskMember),
+	}
+	if pg.Spec.MinResources != nil {
+		s.MinResources = pg.Spec.MinResources.DeepCopy()
+	}
+	return s
+}
