@@ -70,6 +70,8 @@ type Options struct {
 	// Metrics receives the gpulab_ metrics. Default: a fresh set registered
 	// with controller-runtime's registry.
 	Metrics *metrics.Clusters
+	// SkipNameValidation lets tests run several managers in one process.
+	SkipNameValidation bool
 }
 
 // Validate checks the options and fills in defaults.
@@ -172,6 +174,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
 		ReconcileTimeout:        opts.ReconcileTimeout,
 		VolcanoInstalled:        volcano,
+		SkipNameValidation:      opts.SkipNameValidation,
 	})
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err

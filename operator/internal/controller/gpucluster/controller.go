@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,6 +49,7 @@ const recheckCapacity = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -60,6 +62,8 @@ type Options struct {
 	// VolcanoInstalled says whether PodGroups are served; without it the
 	// controller does not watch them and volcano clusters report it.
 	VolcanoInstalled bool
+	// SkipNameValidation lets several managers run in one process (tests).
+	SkipNameValidation bool
 }
 
 // Reconciler reconciles GPUClusters.
@@ -107,6 +111,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			ReconciliationTimeout:   r.opts.ReconcileTimeout,
+			SkipNameValidation:      &r.opts.SkipNameValidation,
 		})
 	if r.opts.VolcanoInstalled {
 		b = b.Owns(&schedulingv1beta1.PodGroup{})
@@ -184,7 +189,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	s.fromInventory = fromInventory
-	s.desired = buildDesired(cluster, capacity, s.gang)
+	overheads, err := r.runtimeClassOverheads(ctx, cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.desired = buildDesired(cluster, capacity, overheads, s.gang)
 	if s.pods, err = r.listPods(ctx, cluster); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -253,6 +262,41 @@ func (r *Reconciler) suspend(ctx context.Context, s *scope) (ctrl.Result, error)
 		return ctrl.Result{}, fmt.Errorf("releasing gang: %w", err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// runtimeClassOverheads reads the pod overhead of each RuntimeClass the
+// cluster's templates name: admission adds it to the pods, so the gang's
+// minResources must count it.
+func (r *Reconciler) runtimeClassOverheads(ctx context.Context, cluster *gpulabv1alpha1.GPUCluster) (map[string]corev1.ResourceList, error) {
+	out := map[string]corev1.ResourceList{}
+	templates := []*corev1.PodTemplateSpec{&cluster.Spec.Head.Template}
+	for i := range cluster.Spec.WorkerGroups {
+		templates = append(templates, &cluster.Spec.WorkerGroups[i].Template)
+	}
+	for _, t := range templates {
+		name := t.Spec.RuntimeClassName
+		if name == nil || *name == "" {
+			continue
+		}
+		if _, done := out[*name]; done {
+			continue
+		}
+		rc := &nodev1.RuntimeClass{}
+		if err := r.client.Get(ctx, client.ObjectKey{Name: *name}, rc); err != nil {
+			if apierrors.IsNotFound(err) {
+				// Admission rejects the pods; the create error reports it.
+				out[*name] = nil
+				continue
+			}
+			return nil, fmt.Errorf("reading RuntimeClass %s: %w", *name, err)
+		}
+		if rc.Overhead != nil {
+			out[*name] = rc.Overhead.PodFixed
+		} else {
+			out[*name] = nil
+		}
+	}
+	return out, nil
 }
 
 // capacity reads healthy GPU capacity from the cache.

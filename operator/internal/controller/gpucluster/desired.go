@@ -58,7 +58,8 @@ func podName(cluster string, g string, index int32) string {
 
 // buildDesired resolves GPU requests against capacity, builds every pod as
 // it will be created, sizes the gang from those pods and checks it fits.
-func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node, gang scheduler.Gang) *desiredState {
+// overheads maps RuntimeClass names to their pod overhead.
+func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node, overheads map[string]corev1.ResourceList, gang scheduler.Gang) *desiredState {
 	d := &desiredState{pods: map[string]*corev1.Pod{}}
 	d.groups = append(d.groups, group{
 		name: gpulabv1alpha1.HeadGroupName, replicas: 1, min: 1,
@@ -96,12 +97,26 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node,
 		if sample == nil {
 			sample = buildPod(cluster, g, 0, gang)
 		}
+		sample = withOverhead(sample, overheads)
 		members = append(members, resources.Member{Task: g.name, Pod: sample, Min: g.min})
 	}
 	d.gang = resources.ForMembers(members)
 	d.verdict = inventory.Check(capacity, demands)
 	d.service = buildHeadService(cluster)
 	return d
+}
+
+// withOverhead returns the pod as admission will store it: with its
+// RuntimeClass's overhead. Only the sizing copy gets it; the API server
+// rejects pods that set overhead themselves.
+func withOverhead(pod *corev1.Pod, overheads map[string]corev1.ResourceList) *corev1.Pod {
+	name := pod.Spec.RuntimeClassName
+	if name == nil || overheads[*name] == nil {
+		return pod
+	}
+	sized := pod.DeepCopy()
+	sized.Spec.Overhead = overheads[*name].DeepCopy()
+	return sized
 }
 
 func selector(r *gpulabv1alpha1.GPURequest) inventory.Selector {
