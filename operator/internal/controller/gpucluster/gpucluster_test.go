@@ -19,6 +19,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
 )
 
 const waitTimeout = 30 * time.Second
@@ -165,7 +166,7 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 			t.Errorf("condition %s is not True: %+v", typ, meta.FindStatusCondition(got.Status.Conditions, typ))
 		}
 	}
-	t.Logf("API writes to Ready for 5 pods: %v; status writes by code: %v", m.traffic.snapshot(), m.traffic.status)
+	t.Logf("API writes to Ready for 5 pods: %v; status writes by code: %v", m.traffic.Snapshot(), m.traffic.StatusCodes())
 }
 
 // TestScaleSuspendResume scales a running cluster up and down (highest
@@ -278,8 +279,8 @@ func TestRestartBetweenPodCreateAndStatusWrite(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
 	ns := newNamespace(t, c)
-	broken := newTraffic()
-	broken.failStatusWrites.Store(true)
+	broken := testutil.NewTraffic()
+	broken.FailStatusWrites.Store(true)
 	first := startManager(t, managerOpts{traffic: broken})
 	if err := c.Create(ctx, newCluster(ns, "restart", 5, 1)); err != nil {
 		t.Fatal(err)
@@ -311,7 +312,7 @@ func TestRestartBetweenPodCreateAndStatusWrite(t *testing.T) {
 			t.Errorf("pod %s was replaced across the restart", p.Name)
 		}
 	}
-	if n := second.traffic.count("POST pods"); n != 0 {
+	if n := second.traffic.Count("POST pods"); n != 0 {
 		t.Errorf("the second operator created %d pods, want 0", n)
 	}
 }
@@ -337,7 +338,7 @@ func TestRacingOperatorsNeverDuplicate(t *testing.T) {
 		got := getCluster(t, c, ns, "race")
 		return got.Status.Phase == gpulabv1alpha1.ClusterScheduling, string(got.Status.Phase)
 	})
-	if created := a.traffic.count("POST pods") + b.traffic.count("POST pods"); created != 21 {
+	if created := a.traffic.Count("POST pods") + b.traffic.Count("POST pods"); created != 21 {
 		t.Errorf("%d successful pod creates across both operators, want exactly 21", created)
 	}
 }
@@ -348,8 +349,8 @@ func TestStatusConflictConverges(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
 	ns := newNamespace(t, c)
-	traffic := newTraffic()
-	traffic.beforeStatusWrite = func() {
+	traffic := testutil.NewTraffic()
+	traffic.BeforeStatusWrite = func() {
 		// Another writer updates status first, moving the resourceVersion.
 		gc := &gpulabv1alpha1.GPUCluster{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "conflict"}, gc); err != nil {
@@ -370,10 +371,8 @@ func TestStatusConflictConverges(t *testing.T) {
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, "External") {
 		t.Errorf("the other writer's condition was overwritten blindly: %+v", got.Status.Conditions)
 	}
-	traffic.mu.Lock()
-	defer traffic.mu.Unlock()
-	if traffic.status[409] == 0 {
-		t.Errorf("no status conflict happened; the test did not exercise the path (codes %v)", traffic.status)
+	if codes := traffic.StatusCodes(); codes[409] == 0 {
+		t.Errorf("no status conflict happened; the test did not exercise the path (codes %v)", codes)
 	}
 }
 
@@ -402,7 +401,7 @@ func TestLeaderElection(t *testing.T) {
 		t.Fatal("both replicas are leaders")
 	default:
 	}
-	if n := second.traffic.count("POST pods"); n != 0 {
+	if n := second.traffic.Count("POST pods"); n != 0 {
 		t.Errorf("the follower created %d pods", n)
 	}
 
@@ -423,7 +422,7 @@ func TestLeaderElection(t *testing.T) {
 		n := len(listPods(t, c, ns))
 		return n == 5, fmt.Sprintf("%d pods", n)
 	})
-	if n := second.traffic.count("POST pods"); n != 2 {
+	if n := second.traffic.Count("POST pods"); n != 2 {
 		t.Errorf("the new leader created %d pods, want 2", n)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -85,96 +84,14 @@ func createGPUNodes(ctx context.Context, c client.Client, n int) error {
 	return nil
 }
 
-// apiTraffic counts the operator's API requests and can inject faults.
-type apiTraffic struct {
-	mu     sync.Mutex
-	writes map[string]int // "POST pods" → count of 2xx responses
-	status map[int]int    // response codes of status writes
-	// failStatusWrites makes every status write fail with a 500.
-	failStatusWrites atomic.Bool
-	// beforeStatusWrite runs once before the first status write is sent.
-	beforeStatusWrite func()
-	hookOnce          sync.Once
-}
-
-func newTraffic() *apiTraffic {
-	return &apiTraffic{writes: map[string]int{}, status: map[int]int{}}
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func (a *apiTraffic) wrap(next http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		isStatus := r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/status") && strings.Contains(r.URL.Path, "/gpuclusters/")
-		if isStatus {
-			if a.failStatusWrites.Load() {
-				return &http.Response{StatusCode: http.StatusInternalServerError, Body: io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","code":500}`)),
-					Header: http.Header{"Content-Type": []string{"application/json"}}, Request: r}, nil
-			}
-			if a.beforeStatusWrite != nil {
-				a.hookOnce.Do(a.beforeStatusWrite)
-			}
-		}
-		resp, err := next.RoundTrip(r)
-		if err != nil || r.Method == http.MethodGet {
-			return resp, err
-		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if isStatus {
-			a.status[resp.StatusCode]++
-		}
-		if resp.StatusCode < 300 {
-			a.writes[r.Method+" "+resourceOf(r.URL.Path)]++
-		}
-		return resp, err
-	})
-}
-
-// resourceOf reduces an API path to its resource (and subresource).
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	for i, p := range parts {
-		if p == "namespaces" && i+2 < len(parts) {
-			rest := parts[i+2:]
-			if len(rest) == 3 {
-				return rest[0] + "/" + rest[2]
-			}
-			return rest[0]
-		}
-	}
-	if len(parts) > 0 {
-		return parts[len(parts)-1]
-	}
-	return path
-}
-
-func (a *apiTraffic) count(key string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.writes[key]
-}
-
-func (a *apiTraffic) snapshot() map[string]int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range a.writes {
-		out[k] = v
-	}
-	return out
-}
-
 type managerOpts struct {
 	leaderElect bool
-	traffic     *apiTraffic
+	traffic     *testutil.Traffic
 }
 
 // runningManager is an operator started by a test.
 type runningManager struct {
-	traffic *apiTraffic
+	traffic *testutil.Traffic
 	elected <-chan struct{}
 	stop    func()
 }
@@ -183,10 +100,10 @@ type runningManager struct {
 func startManager(t *testing.T, o managerOpts) *runningManager {
 	t.Helper()
 	if o.traffic == nil {
-		o.traffic = newTraffic()
+		o.traffic = testutil.NewTraffic()
 	}
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(o.traffic.wrap)
+	cfg.Wrap(o.traffic.Wrap)
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := manager.New(ctx, cfg, manager.Options{
 		MetricsBindAddress:      "0",

@@ -1,0 +1,135 @@
+package gpucluster_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// setInventory publishes a GPUInventory for a test node, as its agent would.
+func setInventory(t *testing.T, c client.Client, node, product string, healthy int32) {
+	t.Helper()
+	ctx := context.Background()
+	inv := &gpulabv1alpha1.GPUInventory{}
+	err := c.Get(ctx, client.ObjectKey{Name: node}, inv)
+	inv.Name = node
+	inv.Status.Summary = gpulabv1alpha1.InventorySummary{Count: 8, Healthy: healthy, Product: product, MemoryMiB: 81559}
+	if err != nil {
+		if err := c.Create(ctx, inv); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), inv) })
+		return
+	}
+	if err := c.Update(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func schedulable(t *testing.T, c client.Client, ns, name string) *metav1.Condition {
+	t.Helper()
+	return meta.FindStatusCondition(getCluster(t, c, ns, name).Status.Conditions, gpulabv1alpha1.ConditionSchedulable)
+}
+
+// TestInventoryDrivesCapacity: capacity comes from GPUInventory's healthy
+// GPUs; one sick GPU flips an exactly-fitting cluster to Unschedulable with
+// the numbers in its message, and wholeNode resolves from the inventory.
+func TestInventoryDrivesCapacity(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, c)
+	for i := range 4 {
+		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
+	}
+	startManager(t, managerOpts{})
+
+	exact := newCluster(ns, "exact", 4, 8)
+	exact.Spec.WorkerGroups[0].GPUs.Product = h100
+	if err := c.Create(ctx, exact); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "exact fit schedulable with pods", func() (bool, string) {
+		cond := schedulable(t, c, ns, "exact")
+		n := len(listPods(t, c, ns))
+		return cond != nil && cond.Status == metav1.ConditionTrue && n == 5, fmt.Sprintf("%+v, %d pods", cond, n)
+	})
+	for _, p := range listPods(t, c, ns) {
+		if p.Labels[gpulabv1alpha1.GroupLabel] != "workers" {
+			continue
+		}
+		terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Values[0] != h100 {
+			t.Errorf("pod %s lacks node affinity on the product: %+v", p.Name, terms)
+		}
+	}
+
+	setInventory(t, c, "h100-3", h100, 7)
+	eventually(t, waitTimeout, "Unschedulable after a GPU fails", func() (bool, string) {
+		cond := schedulable(t, c, ns, "exact")
+		phase := getCluster(t, c, ns, "exact").Status.Phase
+		return cond != nil && cond.Status == metav1.ConditionFalse && phase == gpulabv1alpha1.ClusterUnschedulable, fmt.Sprintf("%+v, phase %s", cond, phase)
+	})
+	want := "group workers needs 4 nodes with ≥8 healthy NVIDIA-H100-80GB-HBM3 GPUs; 3 exist"
+	if cond := schedulable(t, c, ns, "exact"); cond.Reason != gpulabv1alpha1.ReasonInsufficientGPUs || !strings.Contains(cond.Message, want) {
+		t.Errorf("condition %s: %q, want InsufficientGPUs: %q", cond.Reason, cond.Message, want)
+	}
+
+	// A new cluster that cannot fit gets no pods at all.
+	ns2 := newNamespace(t, c)
+	if err := c.Create(ctx, newCluster(ns2, "toobig", 5, 8)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "toobig Unschedulable", func() (bool, string) {
+		cond := schedulable(t, c, ns2, "toobig")
+		return cond != nil && cond.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", cond)
+	})
+	if n := len(listPods(t, c, ns2)); n != 0 {
+		t.Errorf("an unschedulable cluster has %d pods, want 0", n)
+	}
+
+	// wholeNode resolves to the healthy count of the matching nodes.
+	setInventory(t, c, "h100-3", h100, 8)
+	ns3 := newNamespace(t, c)
+	whole := newCluster(ns3, "whole", 1, 1)
+	whole.Spec.WorkerGroups[0].GPUs = &gpulabv1alpha1.GPURequest{WholeNode: true, Product: h100}
+	if err := c.Create(ctx, whole); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "wholeNode resolved", func() (bool, string) {
+		got := getCluster(t, c, ns3, "whole")
+		for _, g := range got.Status.Groups {
+			if g.Name == "workers" {
+				return g.GPUsPerPod == 8 && got.Status.GPUs == 8, fmt.Sprintf("gpusPerPod %d", g.GPUsPerPod)
+			}
+		}
+		return false, "no workers group in status"
+	})
+	eventually(t, waitTimeout, "the worker pod requests 8 GPUs", func() (bool, string) {
+		for _, p := range listPods(t, c, ns3) {
+			if p.Name == "whole-workers-0" {
+				q := p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"]
+				return q.Value() == 8, q.String()
+			}
+		}
+		return false, "no worker pod"
+	})
+
+	// A product no node has is named in the message.
+	ns4 := newNamespace(t, c)
+	b200 := newCluster(ns4, "b200", 1, 8)
+	b200.Spec.WorkerGroups[0].GPUs.Product = "NVIDIA-B200"
+	if err := c.Create(ctx, b200); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "no matching nodes", func() (bool, string) {
+		cond := schedulable(t, c, ns4, "b200")
+		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonNoMatchingNodes && strings.Contains(cond.Message, "NVIDIA-B200"), fmt.Sprintf("%+v", cond)
+	})
+}

@@ -1,0 +1,72 @@
+package gpucluster_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/manager"
+	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/testbeds/envtest"
+)
+
+// TestWithoutVolcano: on an API server without Volcano's CRDs the operator
+// starts, reports VolcanoNotInstalled for volcano clusters without creating
+// pods, and runs scheduler: default clusters.
+func TestWithoutVolcano(t *testing.T) {
+	needEnv(t)
+	bare := envtest.StartForTest(t, envtest.Options{CRDDirs: []string{filepath.Join("..", "..", "..", "config", "crd", "bases")}})
+	c := bare.Client
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := manager.New(ctx, bare.Config, manager.Options{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipNameValidation: true,
+		Metrics: metrics.NewClusters(prometheus.NewRegistry()),
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("the operator must start without Volcano: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ns := newNamespace(t, c)
+	gang := newCluster(ns, "gang", 1, 1)
+	gang.Spec.WorkerGroups[0].GPUs = nil
+	if err := c.Create(ctx, gang); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "VolcanoNotInstalled", func() (bool, string) {
+		got := getCluster(t, c, ns, "gang")
+		cond := meta.FindStatusCondition(got.Status.Conditions, gpulabv1alpha1.ConditionGangScheduled)
+		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonVolcanoNotInstalled && got.Status.Phase == gpulabv1alpha1.ClusterFailed,
+			fmt.Sprintf("phase %s, %+v", got.Status.Phase, cond)
+	})
+	if n := len(listPods(t, c, ns)); n != 0 {
+		t.Errorf("%d pods created without a gang", n)
+	}
+
+	plain := newCluster(ns, "plain", 2, 1)
+	plain.Spec.WorkerGroups[0].GPUs = nil
+	plain.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
+	if err := c.Create(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "default-scheduler pods", func() (bool, string) {
+		var n int
+		for _, p := range listPods(t, c, ns) {
+			if p.Labels[gpulabv1alpha1.ClusterLabel] == "plain" {
+				n++
+				if p.Spec.SchedulerName == "volcano" || p.Annotations["scheduling.k8s.io/group-name"] != "" {
+					return false, fmt.Sprintf("pod %s is set up for Volcano", p.Name)
+				}
+			}
+		}
+		return n == 3, fmt.Sprintf("%d pods", n)
+	})
+}
