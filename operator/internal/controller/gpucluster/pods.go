@@ -75,6 +75,9 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		switch {
 		case err == nil:
 			created = append(created, name)
+			// The create response is an observation too: status counts the
+			// pod now instead of waiting for the cache to report it.
+			s.pods = append(s.pods, *pod)
 		case apierrors.IsAlreadyExists(err):
 			// Our cache lags a create of our own: the pod exists, nothing to do.
 		default:

@@ -179,7 +179,8 @@ func computeStatus(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.Ti
 	case allBound:
 		set(gpulabv1alpha1.ConditionGangScheduled, true, gpulabv1alpha1.ReasonAllPodsBound, fmt.Sprintf("all %d pods are bound", next.DesiredPods))
 	default:
-		msg := fmt.Sprintf("%d of %d pods bound", counts.bound, next.DesiredPods)
+		// No per-pod counts in messages: each would cost a status write.
+		msg := "waiting for every pod to be bound"
 		if next.PodGroup != nil && next.PodGroup.Phase != "" {
 			msg += fmt.Sprintf("; PodGroup %s is %s", next.PodGroup.Name, next.PodGroup.Phase)
 		}
@@ -196,7 +197,7 @@ func computeStatus(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.Ti
 	case allReady:
 		set(gpulabv1alpha1.ConditionReady, true, gpulabv1alpha1.ReasonPodsReady, fmt.Sprintf("all %d pods are Ready", next.DesiredPods))
 	default:
-		set(gpulabv1alpha1.ConditionReady, false, gpulabv1alpha1.ReasonPodsNotReady, fmt.Sprintf("%d of %d pods Ready", counts.ready, next.DesiredPods))
+		set(gpulabv1alpha1.ConditionReady, false, gpulabv1alpha1.ReasonPodsNotReady, "waiting for every pod to be Ready (see readyPods)")
 	}
 	if suspended {
 		set(gpulabv1alpha1.ConditionSuspended, true, gpulabv1alpha1.ReasonSuspendRequested, "spec.suspend is true: pods deleted, gang released")

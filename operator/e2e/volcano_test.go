@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/manager"
+	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
+	"github.com/gpulab/gpulab/testbeds/local"
+)
+
+const (
+	h100    = "NVIDIA-H100-80GB-HBM3"
+	a100    = "NVIDIA-A100-SXM4-40GB"
+	timeout = 90 * time.Second
+)
+
+// TestOperatorOnVolcano runs the operator in-process against the local
+// testbed (2 H100 and 2 A100 nodes) and checks what only a real scheduler
+// and garbage collector can show.
+func TestOperatorOnVolcano(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the local testbed; skipped with -short")
+	}
+	ctx := t.Context()
+	fleet, err := local.ParseFleet("dgx-h100=2,dgx-a100=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := local.New(local.Options{Name: "gpulab-operator-e2e", Fleet: fleet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Down(context.Background()); err != nil {
+			t.Errorf("testbed down: %v", err)
+		}
+	})
+	if err := tb.Up(ctx); err != nil {
+		t.Fatalf("testbed up: %v", err)
+	}
+	c, err := tb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", tb.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic := testutil.NewTraffic()
+	cfg.Wrap(traffic.Wrap)
+	mgrCtx, stop := context.WithCancel(ctx)
+	mgr, err := manager.New(mgrCtx, cfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", Metrics: metrics.NewClusters(prometheus.NewRegistry())})
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	t.Run("a cluster reaches Ready through Volcano on its product's nodes", func(t *testing.T) {
+		ns := namespace(t, c, "ready")
+		before := reconciles(t)
+		writesBefore := traffic.Snapshot()
+		if err := c.Create(ctx, cluster(ns, "llm", 2, h100)); err != nil {
+			t.Fatal(err)
+		}
+		got := waitPhase(t, c, ns, "llm", gpulabv1alpha1.ClusterReady)
+		if got.Status.ScheduledTime == nil || got.Status.ReadyTime == nil || got.Status.ReadyPods != 3 || got.Status.PodGroup == nil || got.Status.PodGroup.Phase != "Running" {
+			t.Errorf("status %+v", got.Status)
+		}
+		for _, p := range pods(t, c, ns) {
+			if p.Labels[gpulabv1alpha1.GroupLabel] == "workers" && !strings.HasPrefix(p.Spec.NodeName, "dgx-h100-") {
+				t.Errorf("worker %s landed on %s, not an H100 node", p.Name, p.Spec.NodeName)
+			}
+		}
+		writes := diff(traffic.Snapshot(), writesBefore)
+		t.Logf("to Ready: %d reconciles; API writes %v; status codes %v", reconciles(t)-before, writes, traffic.StatusCodes())
+	})
+
+	t.Run("suspend frees the queue for a waiting gang, resume recreates", func(t *testing.T) {
+		ns := namespace(t, c, "suspend")
+		if err := c.Create(ctx, cluster(ns, "first", 2, a100)); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, c, ns, "first", gpulabv1alpha1.ClusterReady)
+		// Both A100 nodes are taken: the second gang fits the fleet but must wait.
+		if err := c.Create(ctx, cluster(ns, "second", 1, a100)); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, c, ns, "second", gpulabv1alpha1.ClusterScheduling)
+		for _, p := range pods(t, c, ns) {
+			if p.Labels[gpulabv1alpha1.ClusterLabel] == "second" && p.Spec.NodeName != "" && p.Labels[gpulabv1alpha1.GroupLabel] == "workers" {
+				t.Fatalf("second's worker %s bound to %s while the A100s are full", p.Name, p.Spec.NodeName)
+			}
+		}
+		setSuspend(t, c, ns, "first", true)
+		waitPhase(t, c, ns, "second", gpulabv1alpha1.ClusterReady)
+		waitGone(t, c, &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "first-pg"}})
+		if got := getCluster(t, c, ns, "first"); got.Status.Phase != gpulabv1alpha1.ClusterSuspended {
+			t.Errorf("first is %s, want Suspended", got.Status.Phase)
+		}
+		// Resume: first waits for second's A100 node, then binds when second goes.
+		setSuspend(t, c, ns, "first", false)
+		waitPhase(t, c, ns, "first", gpulabv1alpha1.ClusterScheduling)
+		if err := c.Delete(ctx, &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"}}); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, c, ns, "first", gpulabv1alpha1.ClusterReady)
+	})
+
+	t.Run("deleting a cluster removes its pods, Service and PodGroup", func(t *testing.T) {
+		ns := namespace(t, c, "delete")
+		// CPU-only: the earlier subtests hold the GPUs.
+		if err := c.Create(ctx, cluster(ns, "gone", 1, "")); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, c, ns, "gone", gpulabv1alpha1.ClusterReady)
+		if err := c.Delete(ctx, &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"}}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, c, &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone-pg"}})
+		waitGone(t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone-head"}})
+		poll(t, "pods deleted", func() (bool, string) {
+			n := len(pods(t, c, ns))
+			return n == 0, fmt.Sprintf("%d pods left", n)
+		})
+	})
+}
+
+// cluster is a head and workers with 8 GPUs of product each (none when
+// product is empty).
+func cluster(ns, name string, workers int32, product string) *gpulabv1alpha1.GPUCluster {
+	tmpl := func(container string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: container, Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}},
+		}}}}
+	}
+	gc := &gpulabv1alpha1.GPUCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: gpulabv1alpha1.GPUClusterSpec{
+			Head:         gpulabv1alpha1.HeadSpec{Template: tmpl("head")},
+			WorkerGroups: []gpulabv1alpha1.WorkerGroupSpec{{Name: "workers", Replicas: workers, Template: tmpl("worker")}},
+		},
+	}
+	if product != "" {
+		gc.Spec.WorkerGroups[0].GPUs = &gpulabv1alpha1.GPURequest{PerPod: new(int32(8)), Product: product}
+	}
+	return gc
+}
+
+func namespace(t *testing.T, c client.Client, name string) string {
+	t.Helper()
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func poll(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func getCluster(t *testing.T, c client.Client, ns, name string) *gpulabv1alpha1.GPUCluster {
+	t.Helper()
+	gc := &gpulabv1alpha1.GPUCluster{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, gc); err != nil {
+		t.Fatal(err)
+	}
+	return gc
+}
+
+func waitPhase(t *testing.T, c client.Client, ns, name string, phase gpulabv1alpha1.ClusterPhase) *gpulabv1alpha1.GPUCluster {
+	t.Helper()
+	var got *gpulabv1alpha1.GPUCluster
+	poll(t, fmt.Sprintf("%s/%s %s", ns, name, phase), func() (bool, string) {
+		got = getCluster(t, c, ns, name)
+		return got.Status.Phase == phase, fmt.Sprintf("phase %q, conditions %+v", got.Status.Phase, got.Status.Conditions)
+	})
+	return got
+}
+
+func waitGone(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	poll(t, fmt.Sprintf("%T %s deleted", obj, obj.GetName()), func() (bool, string) {
+		err := c.Get(t.Context(), client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+	})
+}
+
+func setSuspend(t *testing.T, c client.Client, ns, name string, suspend bool) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		gc := getCluster(t, c, ns, name)
+		gc.Spec.Suspend = suspend
+		return c.Update(t.Context(), gc)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pods(t *testing.T, c client.Client, ns string) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := c.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// reconciles reads controller-runtime's reconcile counter for the controller.
+func reconciles(t *testing.T) int {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label(m, "controller") == "gpucluster" {
+				total += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return total
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func diff(after, before map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
