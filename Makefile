@@ -37,15 +37,18 @@ help: ## Show this help.
 build: ## Build every gpulab binary into bin/.
 	$(GO) build ./...
 	$(GO) build -o $(TESTBED) ./testbeds/local/cmd/gpulab-testbed
+	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 
 .PHONY: generate
 generate: ## Generate deepcopy code for the API types.
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate the CRDs into operator/config/crd/bases.
+manifests: ## Generate the CRDs (operator/config/crd/bases) and the operator's RBAC (operator/config/rbac/role.yaml).
 	$(GO) tool controller-gen crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths=./api/... \
 		output:crd:artifacts:config=operator/config/crd/bases
+	$(GO) tool controller-gen rbac:roleName=gpulab-operator paths=./operator/... \
+		output:rbac:artifacts:config=operator/config/rbac
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -89,6 +92,12 @@ testbed-down: $(TESTBED) ## Stop the local testbed and remove its state.
 .PHONY: testbed-status
 testbed-status: $(TESTBED) ## Show the local testbed's processes, nodes and queue.
 	$(TESTBED) status
+
+.PHONY: run-operator
+run-operator: ## Run the operator locally against the testbed (loopback metrics :18080, probes :18081).
+	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(BIN)/gpulab-operator --kubeconfig=$(GPULAB_CACHE)/kwok/clusters/$(TESTBED_NAME)/kubeconfig.yaml \
+		--metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081
 
 .PHONY: $(TESTBED)
 $(TESTBED):

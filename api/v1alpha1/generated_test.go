@@ -31,9 +31,12 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	// These arguments must match the Makefile's generate and manifests targets.
 	run("object:headerFile=hack/boilerplate.go.txt", "paths=./api/...", "output:object:dir="+objDir)
 	run("crd:generateEmbeddedObjectMeta=true,maxDescLen=0", "paths=./api/...", "output:crd:artifacts:config="+crdDir)
+	rbacDir := filepath.Join(tmp, "rbac")
+	run("rbac:roleName=gpulab-operator", "paths=./operator/...", "output:rbac:artifacts:config="+rbacDir)
 
 	compareDirs(t, objDir, filepath.Join(root, "api", "v1alpha1"), "zz_generated.*.go")
 	compareDirs(t, crdDir, filepath.Join(root, "operator", "config", "crd", "bases"), "*.yaml")
+	compareDirs(t, rbacDir, filepath.Join(root, "operator", "config", "rbac"), "role.yaml")
 }
 
 // compareDirs fails for every file matching pattern that differs between the
@@ -42,6 +45,9 @@ func compareDirs(t *testing.T, fresh, committed, pattern string) {
 	t.Helper()
 	want, _ := filepath.Glob(filepath.Join(fresh, pattern))
 	got, _ := filepath.Glob(filepath.Join(committed, pattern))
+	if len(want) == 0 {
+		t.Errorf("controller-gen generated nothing matching %s", pattern)
+	}
 	if len(want) != len(got) {
 		t.Errorf("%s: %d generated files, %d committed; run `make generate manifests`", committed, len(want), len(got))
 	}

@@ -43,14 +43,15 @@ const productIndex = "gpulab.io/gpu-product"
 // capacity comes from node allocatable, which no watch of ours reports.
 const recheckCapacity = 30 * time.Second
 
-// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters/status,verbs=get;update
+// +kubebuilder:rbac:groups=gpulab.io,resources=gpuclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=gpulab.io,resources=gpuinventories,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configures the reconciler. Zero values take the defaults noted.
