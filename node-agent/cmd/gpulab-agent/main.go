@@ -1,0 +1,20 @@
+// Command gpulab-agent is gpulab's node agent: it reads the node's GPUs over
+// NVML and publishes them as a GPUInventory, GPU Feature Discovery node labels
+// and per-GPU metrics. See node-agent/README.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gpulab/gpulab/node-agent/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,368 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/internal/health"
+	"github.com/gpulab/gpulab/node-agent/internal/inventory"
+	"github.com/gpulab/gpulab/node-agent/internal/labels"
+	"github.com/gpulab/gpulab/node-agent/internal/metrics"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml"
+	"github.com/gpulab/gpulab/node-agent/internal/publisher"
+)
+
+// Publisher writes a node's state; *publisher.Publisher is one.
+type Publisher interface {
+	// Load returns the status stored for node, nil when there is none.
+	Load(ctx context.Context, node string) (*v1alpha1.GPUInventoryStatus, error)
+	// Publish writes whatever part of s changed.
+	Publish(ctx context.Context, node string, s publisher.State) error
+}
+
+var _ Publisher = (*publisher.Publisher)(nil)
+
+// Options configures an Agent.
+type Options struct {
+	// NodeName names the node and its GPUInventory. Required.
+	NodeName string
+	// Interval is the time between scans when nothing happens. Defaults to
+	// 30s.
+	Interval time.Duration
+	// IgnoredXIDs leave a GPU healthy. Nil means health.DefaultIgnoredXIDs.
+	IgnoredXIDs []uint64
+	// AllowNoGPU publishes an empty inventory on a node without a driver,
+	// retrying NVML every Interval, instead of failing. Defaults to false.
+	AllowNoGPU bool
+	// Publisher writes each scan's result; nil writes nothing.
+	Publisher Publisher
+	// Metrics receives GPU gauges and scan metrics; nil exports nothing.
+	Metrics *metrics.Metrics
+	// Log defaults to logr.Discard().
+	Log logr.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// OnPublished, when set, is called after every successful publish.
+	OnPublished func()
+}
+
+// Agent scans one node's GPUs and publishes them.
+type Agent struct {
+	backend nvml.Backend
+	opts    Options
+	tracker *health.Tracker
+	log     logr.Logger
+
+	trigger chan struct{}
+	// last is the status built by the last scan; only the Run goroutine
+	// touches it.
+	last   *v1alpha1.GPUInventoryStatus
+	loaded bool
+
+	mu       sync.Mutex
+	snapshot *Result
+}
+
+// Result is what one scan produced.
+type Result struct {
+	// Snapshot is the NVML scan, nil without a driver or when it failed.
+	Snapshot *nvml.Snapshot
+	// State is what is published.
+	State publisher.State
+
+	input inventory.Input
+}
+
+// New returns an Agent reading b.
+func New(b nvml.Backend, opts Options) (*Agent, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("agent: NodeName is required")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 30 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	return &Agent{
+		backend: b,
+		opts:    opts,
+		tracker: health.NewTracker(health.Options{IgnoredXIDs: opts.IgnoredXIDs}),
+		log:     opts.Log.WithValues("node", opts.NodeName),
+		trigger: make(chan struct{}, 1),
+	}, nil
+}
+
+// Rescan asks a running agent to scan now.
+func (a *Agent) Rescan() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Last returns the last scan's result, nil before the first.
+func (a *Agent) Last() *Result {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.snapshot
+}
+
+// Inventory initialises NVML, scans once, shuts NVML down and returns the
+// node's GPUInventory. Without a driver it fails unless AllowNoGPU is set.
+func (a *Agent) Inventory() (*v1alpha1.GPUInventory, error) {
+	noDriver, err := a.init()
+	if err != nil {
+		return nil, err
+	}
+	if noDriver == "" {
+		defer func() {
+			if err := a.backend.Shutdown(); err != nil {
+				a.log.Error(err, "NVML shutdown")
+			}
+		}()
+	}
+	r := a.scan(noDriver)
+	if c := findReady(r.State.Status.Conditions); c != nil && c.Status != metav1.ConditionTrue {
+		return nil, errors.New(c.Message)
+	}
+	return &v1alpha1.GPUInventory{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "GPUInventory"},
+		ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName},
+		Status:     r.State.Status,
+	}, nil
+}
+
+func findReady(conds []metav1.Condition) *metav1.Condition {
+	return meta.FindStatusCondition(conds, v1alpha1.ConditionReady)
+}
+
+// init initialises NVML. With AllowNoGPU, a node without a driver is not an
+// error: init returns why instead.
+func (a *Agent) init() (noDriver string, err error) {
+	err = a.backend.Init()
+	if err == nil {
+		return "", nil
+	}
+	if a.opts.AllowNoGPU && errors.Is(err, nvml.ErrNoDriver) {
+		return err.Error(), nil
+	}
+	return "", err
+}
+
+// Run scans and publishes until ctx is done. It fails at once if NVML cannot
+// be initialised (unless AllowNoGPU covers it); after that, failures are
+// logged, published in the Ready condition and retried.
+func (a *Agent) Run(ctx context.Context) error {
+	noDriver, err := a.init()
+	if err != nil {
+		return err
+	}
+	if noDriver != "" {
+		a.log.Info("no NVIDIA driver; publishing an empty inventory and retrying", "reason", noDriver, "interval", a.opts.Interval)
+	}
+	var wg sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	events := make(chan nvml.Event, 64)
+	startWatch := func() {
+		wg.Go(func() { a.watch(watchCtx, events) })
+	}
+	defer func() {
+		stopWatch()
+		wg.Wait()
+		if noDriver == "" {
+			if err := a.backend.Shutdown(); err != nil {
+				a.log.Error(err, "NVML shutdown")
+			}
+		}
+	}()
+	if noDriver == "" {
+		startWatch()
+	}
+
+	backoff := time.Duration(0)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-events:
+			if a.observe(e) {
+				resetTimer(timer, 0)
+			}
+			continue
+		case <-a.trigger:
+			resetTimer(timer, 0)
+			continue
+		case <-timer.C:
+		}
+		if noDriver != "" {
+			if err := a.backend.Init(); err == nil {
+				a.log.Info("NVIDIA driver found; scanning GPUs")
+				noDriver = ""
+				startWatch()
+			}
+		}
+		r := a.scan(noDriver)
+		next := a.opts.Interval
+		if err := a.publish(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			backoff = min(max(2*backoff, time.Second), a.opts.Interval)
+			next = backoff
+			a.log.Error(err, "publishing; retrying", "after", next)
+		} else {
+			backoff = 0
+		}
+		resetTimer(timer, next)
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
+
+// watch streams health events, re-establishing the event set after errors.
+func (a *Agent) watch(ctx context.Context, events chan<- nvml.Event) {
+	for ctx.Err() == nil {
+		err := a.backend.Watch(ctx, events)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		a.log.Error(err, "watching NVML events; retrying", "after", a.opts.Interval)
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.opts.Interval):
+		}
+	}
+}
+
+// observe records a health event and reports whether to rescan.
+func (a *Agent) observe(e nvml.Event) bool {
+	ignored := e.Kind == nvml.EventXID && a.tracker.Ignored(e.XID)
+	if m := a.opts.Metrics; m != nil {
+		m.HealthEvents.WithLabelValues(e.Kind.String(), strconv.FormatBool(ignored)).Inc()
+	}
+	a.log.Info("NVML health event", "kind", e.Kind.String(), "uuid", e.UUID, "xid", e.XID, "ignored", ignored)
+	return a.tracker.Observe(e)
+}
+
+// scan reads NVML and builds the node's state.
+func (a *Agent) scan(noDriver string) *Result {
+	in := inventory.Input{Previous: a.last, NoDriver: noDriver, Now: a.opts.Now()}
+	var snap *nvml.Snapshot
+	if noDriver == "" {
+		start := time.Now()
+		s, err := a.backend.Snapshot()
+		if m := a.opts.Metrics; m != nil {
+			m.ScanDuration.Observe(time.Since(start).Seconds())
+			if err != nil {
+				m.ScanErrors.Inc()
+			}
+		}
+		if err != nil {
+			a.log.Error(err, "NVML scan failed")
+			in.ScanError = err
+		} else {
+			snap = s
+		}
+	}
+	in.Snapshot = snap
+	if snap != nil {
+		in.Health = make([]v1alpha1.GPUHealth, len(snap.Devices))
+		for i := range snap.Devices {
+			in.Health[i] = a.tracker.Evaluate(&snap.Devices[i])
+		}
+	}
+	status := inventory.Status(in)
+	r := &Result{Snapshot: snap, input: in, State: publisher.State{Status: status, Labels: labels.ForNode(snap), Healthy: int(status.Summary.Healthy)}}
+	if in.ScanError != nil {
+		// A failed scan says nothing new about the GPUs: keep the labels and
+		// gauges as they were rather than removing them.
+		r.State.Labels = a.lastLabels()
+	} else {
+		a.exportMetrics(r, in.Health)
+	}
+	a.last = &r.State.Status
+	a.mu.Lock()
+	a.snapshot = r
+	a.mu.Unlock()
+	return r
+}
+
+func (a *Agent) lastLabels() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.snapshot == nil {
+		return nil
+	}
+	return a.snapshot.State.Labels
+}
+
+func (a *Agent) exportMetrics(r *Result, h []v1alpha1.GPUHealth) {
+	m := a.opts.Metrics
+	if m == nil {
+		return
+	}
+	var gpus []metrics.GPU
+	driver := ""
+	if s := r.Snapshot; s != nil {
+		driver = s.DriverVersion
+		gpus = make([]metrics.GPU, len(s.Devices))
+		for i := range s.Devices {
+			d := &s.Devices[i]
+			xid, _ := a.tracker.LastXID(d.UUID)
+			gpus[i] = metrics.GPU{Device: d, Healthy: h[i].State == v1alpha1.GPUHealthy, LastXID: xid}
+		}
+	}
+	m.GPUs.Set(a.opts.NodeName, driver, gpus)
+}
+
+// publish writes r, loading the stored status first so that a restarted
+// agent keeps the published times.
+func (a *Agent) publish(ctx context.Context, r *Result) error {
+	p := a.opts.Publisher
+	if p == nil {
+		return nil
+	}
+	if !a.loaded {
+		prev, err := p.Load(ctx, a.opts.NodeName)
+		if err != nil {
+			return err
+		}
+		a.loaded = true
+		if prev != nil {
+			// Rebuild from the same scan with the stored times.
+			in := r.input
+			in.Previous = prev
+			r.State.Status = inventory.Status(in)
+			a.last = &r.State.Status
+		}
+	}
+	if err := p.Publish(ctx, a.opts.NodeName, r.State); err != nil {
+		return fmt.Errorf("node %s: %w", a.opts.NodeName, err)
+	}
+	if a.opts.OnPublished != nil {
+		a.opts.OnPublished()
+	}
+	return nil
+}

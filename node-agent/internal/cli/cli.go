@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/internal/agent"
+	"github.com/gpulab/gpulab/node-agent/internal/metrics"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
+	"github.com/gpulab/gpulab/node-agent/internal/publisher"
+	"github.com/gpulab/gpulab/node-agent/simulator"
+)
+
+const simulatorProfileLabel = simulator.ProfileLabel
+
+// Exit codes.
+const (
+	ExitOK       = 0
+	ExitError    = 1
+	ExitUsage    = 2
+	ExitNoDriver = 3
+)
+
+const usage = `gpulab-agent reads this node's GPUs over NVML and publishes them as a
+GPUInventory, GPU Feature Discovery node labels and per-GPU metrics.
+
+usage:
+  gpulab-agent [flags]                         run the agent
+  gpulab-agent inventory [-o json|yaml|table]  print this node's inventory and exit
+
+exit codes: 0 ok, 1 error, 2 bad usage, 3 no NVIDIA driver
+
+flags:
+`
+
+// Main runs the command line and returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "inventory" {
+		return inventoryMain(ctx, args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("gpulab-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	f.register(fs)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gpulab-agent: unexpected argument %q (the only command is inventory)\n", fs.Arg(0))
+		return ExitUsage
+	}
+	if err := f.validate(fs); err != nil {
+		fmt.Fprintln(stderr, "gpulab-agent:", err)
+		return ExitUsage
+	}
+	log := newLogger(stderr, f.logFormat)
+	if err := run(ctx, &f, log); err != nil {
+		fmt.Fprintln(stderr, "gpulab-agent:", err)
+		if errors.Is(err, nvml.ErrNoDriver) {
+			return ExitNoDriver
+		}
+		return ExitError
+	}
+	return ExitOK
+}
+
+func newLogger(w io.Writer, format string) logr.Logger {
+	var h slog.Handler = slog.NewJSONHandler(w, nil)
+	if format == "text" {
+		h = slog.NewTextHandler(w, nil)
+	}
+	l := logr.FromSlogHandler(h)
+	crlog.SetLogger(l)
+	klog.SetLogger(l)
+	return l
+}
+
+// openBackend opens the --nvml backend for node.
+func openBackend(spec backendSpec, node string) (nvml.Backend, error) {
+	if spec.profile == "" {
+		return nvml.NewReal(nvml.Options{}), nil
+	}
+	return mock.New(spec.profile, node, nvml.Options{})
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "gpulab-agent"
+	return cfg, nil
+}
+
+func run(ctx context.Context, f *runFlags, log logr.Logger) error {
+	cfg, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ready := make(chan struct{})
+	stopServer, err := serveMetrics(f.metricsAddr, reg, ready, log)
+	if err != nil {
+		return err
+	}
+	defer stopServer()
+
+	if f.simulate {
+		return simulator.Run(ctx, simulator.Options{
+			Config: cfg, Interval: f.interval, IgnoredXIDs: f.ignored, LabelNodes: f.labelNode,
+			AdvertiseCapacity: f.advertiseCapacity, Registerer: reg, Log: log,
+			Ready: func(int) { close(ready) },
+		})
+	}
+	if f.advertiseCapacity {
+		log.Info("advertising nvidia.com/gpu capacity on the node: meant for testbeds without the device plugin")
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating API client: %w", err)
+	}
+	m := metrics.New(reg)
+	b, err := openBackend(f.backend, f.nodeName)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(b, agent.Options{
+		NodeName: f.nodeName, Interval: f.interval, IgnoredXIDs: f.ignored, AllowNoGPU: f.allowNoGPU,
+		Publisher: publisher.New(c, publisher.Options{LabelNode: f.labelNode, AdvertiseCapacity: f.advertiseCapacity, Metrics: m}),
+		Metrics:   m, Log: log,
+		OnPublished: func() {
+			select {
+			case <-ready:
+			default:
+				close(ready)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "node", f.nodeName, "nvml", f.backend.String(), "interval", f.interval,
+		"labelNode", f.labelNode, "ignoredXIDs", f.ignored)
+	return a.Run(ctx)
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz (ready once the first
+// publish succeeded) until the returned function is called.
+func serveMetrics(addr string, reg *prometheus.Registry, ready <-chan struct{}, log logr.Logger) (func(), error) {
+	if addr == "0" || addr == "" {
+		return func() {}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-ready:
+			_, _ = io.WriteString(w, "ok\n")
+		default:
+			http.Error(w, "not published yet", http.StatusServiceUnavailable)
+		}
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "metrics server")
+		}
+	}()
+	log.Info("serving metrics", "address", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

@@ -1,0 +1,116 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/internal/cli"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml"
+)
+
+func run(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = cli.Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func hasDriver() bool {
+	b := nvml.NewReal(nvml.Options{})
+	if b.Init() != nil {
+		return false
+	}
+	_ = b.Shutdown()
+	return true
+}
+
+func TestFlagValidation(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--node-name is required"},
+		{[]string{"--node-name=a", "--nvml=mock:dgx-z900"}, `--nvml="mock:dgx-z900": want real or mock:<profile> with profile one of dgx-a100, dgx-b200, dgx-h100, dgx-h200`},
+		{[]string{"--node-name=a", "--interval=10ms"}, "--interval=10ms: must be at least 1s"},
+		{[]string{"--node-name=a", "--ignored-xids=13,x"}, `--ignored-xids: "x" is not an XID number`},
+		{[]string{"--node-name=a", "--log-format=xml"}, "--log-format"},
+		{[]string{"--simulate-testbed-nodes", "--nvml=real"}, "conflicts with --simulate-testbed-nodes"},
+		{[]string{"--simulate-testbed-nodes", "--node-name=a"}, "--node-name conflicts"},
+		{[]string{"--node-name=a", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+		{[]string{"inventory", "-o", "xml"}, `-o="xml": want json, yaml or table`},
+	} {
+		code, _, stderr := run(tc.args...)
+		if code != cli.ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, stderr, cli.ExitUsage, tc.want)
+		}
+	}
+}
+
+func TestNoDriver(t *testing.T) {
+	if hasDriver() {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	code, stdout, stderr := run("inventory")
+	if code != cli.ExitNoDriver || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no NVIDIA driver: libnvidia-ml.so.1 could not be loaded") {
+		t.Errorf("inventory without a driver: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	// The agent itself, pointed at an API server that is never reached.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = run("--node-name=n", "--kubeconfig="+kubeconfig, "--metrics-bind-address=0")
+	if code != cli.ExitNoDriver || !strings.Contains(stderr, "gpulab-agent: no NVIDIA driver") {
+		t.Errorf("agent without a driver: exit %d, stderr %q", code, stderr)
+	}
+
+	code, stdout, stderr = run("inventory", "--allow-no-gpu", "-o", "json", "--node-name=n")
+	var inv v1alpha1.GPUInventory
+	if err := json.Unmarshal([]byte(stdout), &inv); code != cli.ExitOK || err != nil || len(inv.Status.GPUs) != 0 || inv.Name != "n" {
+		t.Errorf("--allow-no-gpu: exit %d, %v, stdout %q, stderr %q", code, err, stdout, stderr)
+	}
+}
+
+func TestInventoryMock(t *testing.T) {
+	inventory := func() v1alpha1.GPUInventory {
+		t.Helper()
+		code, stdout, stderr := run("inventory", "--nvml=mock:dgx-h200", "--node-name=gpu-1", "-o", "json")
+		var inv v1alpha1.GPUInventory
+		if err := json.Unmarshal([]byte(stdout), &inv); code != 0 || err != nil {
+			t.Fatalf("exit %d, %v, stderr %q", code, err, stderr)
+		}
+		return inv
+	}
+	a, b := inventory(), inventory()
+	if a.Kind != "GPUInventory" || a.APIVersion != "gpulab.io/v1alpha1" || a.Name != "gpu-1" {
+		t.Errorf("object: %s %s %s", a.APIVersion, a.Kind, a.Name)
+	}
+	if s := a.Status.Summary; s.Count != 8 || s.Healthy != 8 || s.Product != "NVIDIA-H200" || s.MemoryMiB != 143771 {
+		t.Errorf("summary: %+v", s)
+	}
+	for i := range a.Status.GPUs {
+		if a.Status.GPUs[i].UUID != b.Status.GPUs[i].UUID {
+			t.Errorf("GPU %d: UUID not stable across runs", i)
+		}
+	}
+	for _, format := range []string{"yaml", "table"} {
+		code, stdout, _ := run("inventory", "--nvml=mock:dgx-a100", "--node-name=gpu-1", "-o", format)
+		if code != 0 || !strings.Contains(stdout, "NVIDIA A100-SXM4-40GB") {
+			t.Errorf("-o %s: exit %d\n%s", format, code, stdout)
+		}
+	}
+}

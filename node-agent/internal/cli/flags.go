@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpulab/gpulab/node-agent/internal/health"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
+)
+
+// backendSpec is a parsed --nvml value.
+type backendSpec struct {
+	// profile is empty for the real library.
+	profile string
+}
+
+func (b backendSpec) String() string {
+	if b.profile == "" {
+		return "real"
+	}
+	return "mock:" + b.profile
+}
+
+func parseBackend(s string) (backendSpec, error) {
+	switch {
+	case s == "real":
+		return backendSpec{}, nil
+	case strings.HasPrefix(s, "mock:"):
+		p := strings.TrimPrefix(s, "mock:")
+		if _, ok := mock.Profiles[p]; ok {
+			return backendSpec{profile: p}, nil
+		}
+	}
+	return backendSpec{}, fmt.Errorf("--nvml=%q: want real or mock:<profile> with profile one of %s",
+		s, strings.Join(mock.ProfileNames(), ", "))
+}
+
+// common are the flags of both the agent and the inventory command.
+type common struct {
+	nodeName    string
+	nvml        string
+	allowNoGPU  bool
+	ignoredXIDs string
+	logFormat   string
+
+	backend backendSpec
+	ignored []uint64
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"),
+		"node whose GPUs these are: names the GPUInventory and the labelled node (default $NODE_NAME, from the downward API)")
+	fs.StringVar(&c.nvml, "nvml", "real", "NVML backend: real (libnvidia-ml.so.1) or mock:<profile> with profile one of "+
+		strings.Join(mock.ProfileNames(), ", "))
+	fs.BoolVar(&c.allowNoGPU, "allow-no-gpu", false,
+		"on a node without an NVIDIA driver, publish an empty inventory (and keep retrying) instead of exiting")
+	fs.StringVar(&c.ignoredXIDs, "ignored-xids", joinXIDs(health.DefaultIgnoredXIDs),
+		"comma-separated XIDs that leave a GPU healthy (application errors); empty ignores none")
+	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
+}
+
+// validate checks the flags; simulate skips --nvml, which the fleet
+// simulator chooses per node.
+func (c *common) validate(simulate bool) error {
+	var errs []error
+	var err error
+	if !simulate {
+		if c.backend, err = parseBackend(c.nvml); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.ignored, err = parseXIDs(c.ignoredXIDs); err != nil {
+		errs = append(errs, err)
+	}
+	if c.logFormat != "json" && c.logFormat != "text" {
+		errs = append(errs, fmt.Errorf("--log-format=%q: want json or text", c.logFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func parseXIDs(s string) ([]uint64, error) {
+	ids := []uint64{}
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		x, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--ignored-xids: %q is not an XID number", f)
+		}
+		ids = append(ids, x)
+	}
+	return ids, nil
+}
+
+func joinXIDs(ids []uint64) string {
+	s := make([]string, len(ids))
+	for i, x := range ids {
+		s[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(s, ",")
+}
+
+// runFlags are the agent's flags.
+type runFlags struct {
+	common
+	interval          time.Duration
+	kubeconfig        string
+	labelNode         bool
+	metricsAddr       string
+	advertiseCapacity bool
+	simulate          bool
+	nvmlSet           bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.common.register(fs)
+	fs.DurationVar(&f.interval, "interval", 30*time.Second, "rescan interval; health events trigger a rescan at once")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
+	fs.BoolVar(&f.labelNode, "label-node", true, "apply GPU Feature Discovery labels (nvidia.com/gpu.*) to the node; turn off where GFD runs")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics, /healthz and /readyz; 0 disables")
+	fs.BoolVar(&f.advertiseCapacity, "advertise-capacity", false,
+		"TESTBEDS ONLY: set the node's nvidia.com/gpu capacity to the healthy GPU count, as the device plugin would")
+	fs.BoolVar(&f.simulate, "simulate-testbed-nodes", false,
+		"TESTBEDS ONLY: publish for every node labelled "+simulatorProfileLabel+"=<profile>, each with a mock NVML of its profile")
+}
+
+func (f *runFlags) validate(fs *flag.FlagSet) error {
+	fs.Visit(func(fl *flag.Flag) { f.nvmlSet = f.nvmlSet || fl.Name == "nvml" })
+	errs := []error{f.common.validate(f.simulate)}
+	if f.interval < time.Second {
+		errs = append(errs, fmt.Errorf("--interval=%s: must be at least 1s", f.interval))
+	}
+	if f.simulate {
+		if f.nvmlSet && f.nvml != "mock" {
+			errs = append(errs, fmt.Errorf("--nvml=%s conflicts with --simulate-testbed-nodes, which gives each node a mock of its own profile", f.nvml))
+		}
+		if f.nodeName != "" && os.Getenv("NODE_NAME") != f.nodeName {
+			errs = append(errs, errors.New("--node-name conflicts with --simulate-testbed-nodes, which publishes for every fake GPU node"))
+		}
+	} else if f.nodeName == "" {
+		errs = append(errs, errors.New("--node-name is required (or set NODE_NAME, e.g. from the downward API: fieldRef spec.nodeName)"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,238 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/internal/metrics"
+)
+
+// DefaultFieldManager is the agent's server-side apply field manager.
+const DefaultFieldManager = "gpulab-agent"
+
+// GPUResource is the extended resource the NVIDIA device plugin advertises.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// Object names for metrics and errors.
+const (
+	ObjectInventory = "inventory"
+	ObjectLabels    = "labels"
+	ObjectCapacity  = "capacity"
+)
+
+// Options configures a Publisher.
+type Options struct {
+	// FieldManager owns the applied fields. Defaults to DefaultFieldManager.
+	FieldManager string
+	// LabelNode applies GFD-compatible labels to the node. Defaults to false.
+	LabelNode bool
+	// AdvertiseCapacity sets the node's nvidia.com/gpu capacity and
+	// allocatable to the healthy GPU count, as the device plugin would. For
+	// testbeds whose nodes have no device plugin. Defaults to false.
+	AdvertiseCapacity bool
+	// ResyncPeriod re-applies unchanged objects this long after their last
+	// write, so that an inventory someone deleted, or labels someone edited,
+	// come back. The API server does not persist a no-op apply. Defaults to
+	// 10m; negative disables.
+	ResyncPeriod time.Duration
+	// Metrics counts writes; nil counts nothing.
+	Metrics *metrics.Metrics
+}
+
+// State is what the agent wants published for one node.
+type State struct {
+	// Status is the GPUInventory status.
+	Status v1alpha1.GPUInventoryStatus
+	// Labels are the node's GFD labels (applied when Options.LabelNode).
+	Labels map[string]string
+	// Healthy is the healthy GPU count (advertised when
+	// Options.AdvertiseCapacity).
+	Healthy int
+}
+
+// Publisher applies States. It is safe for concurrent use by the agents of
+// different nodes.
+type Publisher struct {
+	c    client.Client
+	opts Options
+
+	mu   sync.Mutex
+	last map[string]*written
+}
+
+// written is what was last applied for a node.
+type written struct {
+	owner    *metav1.OwnerReference
+	status   *v1alpha1.GPUInventoryStatus
+	labels   map[string]string
+	capacity *int
+	// at is when each object was last applied.
+	at map[string]time.Time
+}
+
+// New returns a Publisher writing through c, whose scheme must know
+// gpulab.io/v1alpha1 and core/v1.
+func New(c client.Client, opts Options) *Publisher {
+	if opts.FieldManager == "" {
+		opts.FieldManager = DefaultFieldManager
+	}
+	if opts.ResyncPeriod == 0 {
+		opts.ResyncPeriod = 10 * time.Minute
+	}
+	return &Publisher{c: c, opts: opts, last: map[string]*written{}}
+}
+
+// Load returns the status currently stored for node, nil when there is none,
+// so that an agent restart keeps the published times.
+func (p *Publisher) Load(ctx context.Context, node string) (*v1alpha1.GPUInventoryStatus, error) {
+	var inv v1alpha1.GPUInventory
+	if err := p.c.Get(ctx, client.ObjectKey{Name: node}, &inv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading GPUInventory %s: %w", node, err)
+	}
+	return &inv.Status, nil
+}
+
+// Forget drops what was written for node, so the next Publish writes it all.
+func (p *Publisher) Forget(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.last, node)
+}
+
+func (p *Publisher) state(node string) *written {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.last[node]
+	if !ok {
+		w = &written{at: map[string]time.Time{}}
+		p.last[node] = w
+	}
+	return w
+}
+
+// Publish applies whatever part of s differs from what was last applied for
+// node. Calls for one node must not overlap.
+func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
+	w := p.state(node)
+	if w.owner == nil {
+		owner, err := p.nodeOwner(ctx, node)
+		if err != nil {
+			return err
+		}
+		w.owner = owner
+	}
+	var errs []error
+	if w.status == nil || !equality.Semantic.DeepEqual(*w.status, s.Status) || p.due(w, ObjectInventory) {
+		err := p.count(w, ObjectInventory, p.applyInventory(ctx, node, w.owner, &s.Status))
+		if err == nil {
+			w.status = s.Status.DeepCopy()
+		}
+		errs = append(errs, err)
+	}
+	if p.opts.LabelNode && (w.labels == nil || !maps.Equal(w.labels, s.Labels) || p.due(w, ObjectLabels)) {
+		err := p.count(w, ObjectLabels, p.applyLabels(ctx, node, s.Labels))
+		if err == nil {
+			w.labels = maps.Clone(s.Labels)
+			if w.labels == nil {
+				w.labels = map[string]string{}
+			}
+		}
+		errs = append(errs, err)
+	}
+	if p.opts.AdvertiseCapacity && (w.capacity == nil || *w.capacity != s.Healthy || p.due(w, ObjectCapacity)) {
+		err := p.count(w, ObjectCapacity, p.applyCapacity(ctx, node, s.Healthy))
+		if err == nil {
+			h := s.Healthy
+			w.capacity = &h
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// due reports whether an unchanged object should be applied again.
+func (p *Publisher) due(w *written, object string) bool {
+	return p.opts.ResyncPeriod > 0 && time.Since(w.at[object]) > p.opts.ResyncPeriod
+}
+
+// count records a write's outcome in the metrics and, on success, its time.
+func (p *Publisher) count(w *written, object string, err error) error {
+	if err == nil {
+		w.at[object] = time.Now()
+	}
+	if p.opts.Metrics != nil {
+		if err != nil {
+			p.opts.Metrics.WriteErrors.WithLabelValues(object).Inc()
+		} else {
+			p.opts.Metrics.Writes.WithLabelValues(object).Inc()
+		}
+	}
+	return err
+}
+
+// nodeOwner makes the Node own its inventory, so that deleting the node
+// deletes the inventory. The agent must not create nodes, so a node that
+// does not exist is an error.
+func (p *Publisher) nodeOwner(ctx context.Context, node string) (*metav1.OwnerReference, error) {
+	var n metav1.PartialObjectMetadata
+	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := p.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", node, err)
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}, nil
+}
+
+func (p *Publisher) applyInventory(ctx context.Context, node string, owner *metav1.OwnerReference, st *v1alpha1.GPUInventoryStatus) error {
+	inv := &v1alpha1.GPUInventory{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "GPUInventory"},
+		ObjectMeta: metav1.ObjectMeta{Name: node, OwnerReferences: []metav1.OwnerReference{*owner}},
+		Status:     *st,
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(inv)
+	if err != nil {
+		return fmt.Errorf("encoding GPUInventory %s: %w", node, err)
+	}
+	// The zero creationTimestamp encodes as null, which is not ours to set.
+	unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
+	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: obj})
+	if err := p.c.Apply(ctx, ac, client.FieldOwner(p.opts.FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying GPUInventory %s: %w", node, err)
+	}
+	return nil
+}
+
+func (p *Publisher) applyLabels(ctx context.Context, node string, labels map[string]string) error {
+	ac := corev1ac.Node(node).WithLabels(labels)
+	if err := p.c.Apply(ctx, ac, client.FieldOwner(p.opts.FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying labels to node %s: %w", node, err)
+	}
+	return nil
+}
+
+func (p *Publisher) applyCapacity(ctx context.Context, node string, healthy int) error {
+	q := *resource.NewQuantity(int64(healthy), resource.DecimalSI)
+	rl := corev1.ResourceList{GPUResource: q}
+	ac := corev1ac.Node(node).WithStatus(corev1ac.NodeStatus().WithCapacity(rl).WithAllocatable(rl))
+	if err := p.c.Status().Apply(ctx, ac, client.FieldOwner(p.opts.FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("advertising %s on node %s: %w", GPUResource, node, err)
+	}
+	return nil
+}
