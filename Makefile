@@ -38,6 +38,8 @@ build: ## Build every gpulab binary into bin/.
 	$(GO) build ./...
 	$(GO) build -o $(TESTBED) ./testbeds/local/cmd/gpulab-testbed
 	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) build -o $(BIN)/gpulab-agent ./node-agent/cmd/gpulab-agent
+	$(GO) test -c -o $(BIN)/gpulab-conformance ./conformance
 
 .PHONY: generate
 generate: ## Generate deepcopy code for the API types.
@@ -74,6 +76,19 @@ test: testbed-binaries ## Run every test: unit, envtest (real API server) and th
 .PHONY: test-short
 test-short: ## Run only the fast tests (no API server, no testbed).
 	$(GO) test -short ./...
+
+##@ Conformance
+
+CONFORMANCE_SCALE ?= 100
+CONFORMANCE_OUT   ?= $(CURDIR)/_artifacts/conformance
+CONFORMANCE_ARGS  ?=
+
+.PHONY: conformance
+conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (CONFORMANCE_SCALE=100) and print the report.
+	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -o $(BIN)/gpulab-conformance ./conformance
+	$(BIN)/gpulab-conformance -test.v -test.timeout 40m --profile=local --scale=$(CONFORMANCE_SCALE) \
+		--out=$(CONFORMANCE_OUT) --operator-binary=$(BIN)/gpulab-operator $(CONFORMANCE_ARGS)
 
 ##@ Local testbed
 

@@ -61,7 +61,7 @@ var kwokStages = []string{
 // renderKwokctlConfig writes the configuration kwokctl creates the cluster
 // from: local binaries only (nothing is downloaded), loopback only, Volcano
 // as two extra components kwokctl supervises, and kwok's stages.
-func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup) ([]byte, error) {
+func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, agent string) ([]byte, error) {
 	docs := []any{
 		kwokctlConfiguration{
 			APIVersion: "config.kwok.x-k8s.io/v1alpha1",
@@ -80,7 +80,8 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 				"kwokControllerBinary":        bins.Kwok,
 				"quietPull":                   true,
 			},
-			Components: volcano.components(workdir, bins),
+			Components: append(volcano.components(workdir, bins),
+				agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics)),
 			ComponentsPatches: []kwokComponentPatch{{
 				Name:      "kwok-controller",
 				ExtraArgs: []kwokExtraArg{{Key: "cidr", Value: kwokPodCIDR}},
@@ -108,11 +109,11 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 }
 
 // createCluster writes the kwokctl configuration and runs `kwokctl create cluster`.
-func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup) error {
+func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup, agent string) error {
 	if err := os.MkdirAll(t.stateDir(), 0o755); err != nil {
 		return err
 	}
-	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano)
+	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, agent)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano
 	if err := volcano.writeFiles(); err != nil {
 		return err
 	}
-	fmt.Fprintf(t.opts.Log, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler and vc-controller-manager (kwokctl, binary runtime)\n")
+	fmt.Fprintf(t.opts.Log, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler, vc-controller-manager and gpulab-agent (kwokctl, binary runtime)\n")
 	return t.kwokctl(ctx, bins, "create", "cluster", "--name", t.opts.Name, "--config", configPath, "--runtime", "binary", "--wait", "1m")
 }
 

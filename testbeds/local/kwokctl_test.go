@@ -31,7 +31,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		KwokModuleDir: kwokDir,
 	}
 	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml", ports: Ports{SchedulerMetrics: 1, SchedulerHealthz: 2, ControllerManagerHealthz: 3}}
-	out, err := renderKwokctlConfig("/work", bins, v)
+	out, err := renderKwokctlConfig("/work", bins, v, "/c/gpulab-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +51,8 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"value: " + kwokPodCIDR,
 		"name: node-initialize.yaml",
 		"name: pod-complete.yaml",
+		"binary: /c/gpulab-agent",
+		"--simulate-testbed-nodes",
 	} {
 		if !strings.Contains(config, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, config)

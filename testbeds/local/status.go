@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
 
 const (
@@ -26,7 +28,7 @@ const (
 // uses for their pid and log files.
 var components = []string{
 	"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
-	"vc-scheduler", "vc-controller-manager",
+	"vc-scheduler", "vc-controller-manager", "gpulab-agent",
 }
 
 // ComponentStatus is one process of the testbed.
@@ -116,7 +118,8 @@ func (t *Testbed) deadComponents() error {
 }
 
 // WaitReady waits until every process runs, every fake node is Ready with its
-// GPUs allocatable, and the default queue is Open. A process that dies fails
+// GPUs allocatable and its GPUInventory published, and the default queue is
+// Open. A process that dies fails
 // the wait at once, naming its log.
 func (t *Testbed) WaitReady(ctx context.Context) error {
 	c, err := t.Client()
@@ -154,6 +157,21 @@ func (t *Testbed) WaitReady(ctx context.Context) error {
 		}
 		if seen != len(want) || len(notReady) > 0 {
 			waiting = fmt.Sprintf("nodes (%d of %d registered; not ready: %s)", seen, len(want), describe(notReady))
+			return false, nil
+		}
+		var invs gpulabv1alpha1.GPUInventoryList
+		if err := c.List(ctx, &invs); err != nil {
+			waiting = "GPU inventories: " + err.Error()
+			return false, nil
+		}
+		published := 0
+		for _, inv := range invs.Items {
+			if gpus, ours := want[inv.Name]; ours && int64(inv.Status.Summary.Count) == gpus {
+				published++
+			}
+		}
+		if published != len(want) {
+			waiting = fmt.Sprintf("gpulab-agent to publish GPU inventories (%d of %d)", published, len(want))
 			return false, nil
 		}
 		var q schedulingv1beta1.Queue

@@ -29,6 +29,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for nodes, Volcano and the queue after
 	// the control plane is up. Defaults to 2 minutes.
 	ReadyTimeout time.Duration
+	// AgentBinary is the gpulab-agent that publishes the fake nodes'
+	// inventories. Defaults to one built from the repository.
+	AgentBinary string
 }
 
 // ErrAlreadyRunning is returned by Up when the testbed is already up.
@@ -104,7 +107,8 @@ func (t *Testbed) stateDir() string {
 }
 
 // Up builds what is missing, starts the cluster and waits until the fleet's
-// nodes are Ready, Volcano runs and its default queue is Open.
+// nodes are Ready with their GPUInventory, Volcano runs and its default
+// queue is Open.
 func (t *Testbed) Up(ctx context.Context) (err error) {
 	if _, statErr := os.Stat(t.Workdir()); statErr == nil {
 		if t.apiServerRunning() {
@@ -137,7 +141,11 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := t.createCluster(ctx, bins, volcano); err != nil {
+	agent, err := t.agentBinary(ctx)
+	if err != nil {
+		return err
+	}
+	if err := t.createCluster(ctx, bins, volcano, agent); err != nil {
 		return err
 	}
 	fmt.Fprintf(t.opts.Log, "control plane up in %s\n", time.Since(start).Round(100*time.Millisecond))

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
 
 // testFleet is small but mixed: 16 H100s on two nodes and 8 A100s on one.
@@ -55,7 +57,7 @@ func TestTestbedIsReal(t *testing.T) {
 		}
 	})
 
-	t.Run("nodes carry the profiles' capacity and GFD labels", func(t *testing.T) {
+	t.Run("nodes carry the profiles' capacity, GFD labels and GPUInventory", func(t *testing.T) {
 		for _, want := range fleet.Nodes() {
 			var got corev1.Node
 			if err := c.Get(ctx, client.ObjectKey{Name: want.Name}, &got); err != nil {
@@ -70,6 +72,16 @@ func TestTestbedIsReal(t *testing.T) {
 				if got.Labels[key] != want.Labels[key] || got.Labels[key] == "" {
 					t.Errorf("node %s: label %s = %q, want %q", got.Name, key, got.Labels[key], want.Labels[key])
 				}
+			}
+		}
+		for _, want := range fleet.Nodes() {
+			var inv gpulabv1alpha1.GPUInventory
+			if err := c.Get(ctx, client.ObjectKey{Name: want.Name}, &inv); err != nil {
+				t.Fatalf("GPUInventory of %s: %v", want.Name, err)
+			}
+			sum := inv.Status.Summary
+			if sum.Count != 8 || sum.Healthy != 8 || sum.Product != want.Labels["nvidia.com/gpu.product"] || fmt.Sprint(sum.MemoryMiB) != want.Labels["nvidia.com/gpu.memory"] {
+				t.Errorf("GPUInventory of %s: %+v, want 8 healthy %s with %s MiB", want.Name, sum, want.Labels["nvidia.com/gpu.product"], want.Labels["nvidia.com/gpu.memory"])
 			}
 		}
 		var a100 corev1.Node

@@ -36,12 +36,13 @@ tiers:
       binpack.resources.nvidia.com/gpu: 2
 `
 
-// Ports are the loopback ports of the Volcano components, for health checks
-// and Prometheus scraping.
+// Ports are the loopback ports the testbed chose for Volcano and the agent,
+// for health checks and Prometheus scraping.
 type Ports struct {
 	SchedulerMetrics         int `json:"schedulerMetrics"`
 	SchedulerHealthz         int `json:"schedulerHealthz"`
 	ControllerManagerHealthz int `json:"controllerManagerHealthz"`
+	AgentMetrics             int `json:"agentMetrics"`
 }
 
 type volcanoSetup struct {
@@ -52,7 +53,7 @@ type volcanoSetup struct {
 
 func newVolcanoSetup(stateDir, kubeconfig string) (*volcanoSetup, error) {
 	v := &volcanoSetup{stateDir: stateDir, kubeconfig: kubeconfig}
-	for _, p := range []*int{&v.ports.SchedulerMetrics, &v.ports.SchedulerHealthz, &v.ports.ControllerManagerHealthz} {
+	for _, p := range []*int{&v.ports.SchedulerMetrics, &v.ports.SchedulerHealthz, &v.ports.ControllerManagerHealthz, &v.ports.AgentMetrics} {
 		port, err := freePort()
 		if err != nil {
 			return nil, err

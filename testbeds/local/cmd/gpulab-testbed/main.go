@@ -106,8 +106,8 @@ func printStatus(ctx context.Context, tb *local.Testbed) error {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.Name, c.PID, state, c.Log)
 	}
 	_ = w.Flush()
-	fmt.Printf("\nvolcano: scheduler metrics http://127.0.0.1:%d/metrics, healthz :%d; controller-manager healthz :%d\n",
-		s.Ports.SchedulerMetrics, s.Ports.SchedulerHealthz, s.Ports.ControllerManagerHealthz)
+	fmt.Printf("\nvolcano: scheduler metrics http://127.0.0.1:%d/metrics, healthz :%d; controller-manager healthz :%d\ngpulab-agent: metrics http://127.0.0.1:%d/metrics\n",
+		s.Ports.SchedulerMetrics, s.Ports.SchedulerHealthz, s.Ports.ControllerManagerHealthz, s.Ports.AgentMetrics)
 	if s.APIError != nil {
 		return fmt.Errorf("API server unreachable: %w", s.APIError)
 	}

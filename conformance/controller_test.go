@@ -1,0 +1,108 @@
+package conformance
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+// TestController is the KAR-0063 plan: invalid GPUClusters are rejected
+// with their messages, a valid one reaches Ready, and the operator's leader
+// killed mid-flight recovers with no duplicate pods.
+func TestController(t *testing.T) {
+	const name = "controller"
+	f := features.New(name).WithLabel("area", name).
+		Assess("invalid GPUClusters are rejected with their messages", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			cases := map[string]func(*gpulabv1alpha1.GPUCluster){
+				"should have at least 1 items":                          func(g *gpulabv1alpha1.GPUCluster) { g.Spec.WorkerGroups = []gpulabv1alpha1.WorkerGroupSpec{} },
+				"minReplicas must not exceed replicas":                  func(g *gpulabv1alpha1.GPUCluster) { g.Spec.WorkerGroups[0].MinReplicas = new(int32(9)) },
+				"gpus.perPod and gpus.wholeNode are mutually exclusive": func(g *gpulabv1alpha1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs.WholeNode = true },
+				"worker group names must be unique": func(g *gpulabv1alpha1.GPUCluster) {
+					g.Spec.WorkerGroups = append(g.Spec.WorkerGroups, g.Spec.WorkerGroups[0])
+				},
+			}
+			for msg, mutate := range cases {
+				gc := gpuCluster(s.ns, "invalid", 2, 1)
+				mutate(gc)
+				err := s.c.Create(ctx, gc)
+				if err == nil || !strings.Contains(err.Error(), msg) {
+					failf(t, name, "invalid GPUCluster: got %v, want an error containing %q", err, msg)
+				}
+			}
+			return ctx
+		}).
+		Assess("a valid GPUCluster reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			start := time.Now()
+			s.create(ctx, gpuCluster(s.ns, "valid", 2, 4))
+			s.waitReady(ctx, "valid", *readyFlag)
+			measured(results.Value(name, "valid_create_to_ready", "seconds", time.Since(start).Seconds()))
+			s.checkInvariants()
+			return ctx
+		}).
+		Assess("the leader killed mid-flight recovers with no duplicate pods", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if cluster.Profile != "local" {
+				t.Skip("killing the operator is implemented for the local profile")
+			}
+			s := newScenario(ctx, t, name)
+			leader, err := cluster.Leader(ctx)
+			if err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			holder := leaseHolder(ctx, s.c)
+			s.create(ctx, gpuCluster(s.ns, "crash", 16, 1))
+			// Kill as soon as the operator has started on the cluster.
+			_ = waitFor(ctx, 30*time.Second, func() (bool, string) {
+				tl := s.recorder.Timelines()["crash"]
+				return !tl.PodGroup.IsZero(), "no PodGroup yet"
+			})
+			killed := time.Now()
+			if err := leader.Kill(); err != nil {
+				fatalf(t, name, "killing %s: %v", leader.Name, err)
+			}
+			if err := waitFor(ctx, time.Minute, func() (bool, string) {
+				h := leaseHolder(ctx, s.c)
+				return h != "" && h != holder, "lease still held by " + h
+			}); err != nil {
+				fatalf(t, name, "no replica took over: %v", err)
+			}
+			failover := time.Since(killed)
+			measured(results.Value(name, "leader_failover", "seconds", failover.Seconds()))
+			s.waitReady(ctx, "crash", *readyFlag)
+			measured(results.Value(name, "kill_to_ready", "seconds", time.Since(killed).Seconds()))
+			var pods corev1.PodList
+			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			if len(pods.Items) != 17 {
+				failf(t, name, "%d pods after recovery, want 17", len(pods.Items))
+			}
+			s.checkInvariants()
+			// Bring the killed replica back as a follower for what follows.
+			if err := leader.Start(ctx); err != nil {
+				failf(t, name, "restarting %s: %v", leader.Name, err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// leaseHolder is the operator's current leader identity.
+func leaseHolder(ctx context.Context, c client.Client) string {
+	var lease coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpulab-operator.gpulab.io"}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}

@@ -1,0 +1,136 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+// TestGang is the KAR-0053 plan on Volcano, sized from the free capacity
+// found: a gang that fits binds all-or-nothing; one GPU more than free
+// binds nothing for the whole window and reports Unschedulable; K gangs
+// contending for room for K/2 are never seen partly bound and the waiting
+// ones bind as capacity frees; an exact fill binds.
+func TestGang(t *testing.T) {
+	const name = "gang"
+	capacity := func(ctx context.Context, t *testing.T) (int, int) {
+		free, whole, err := freeCapacity(ctx, cluster.Client)
+		if err != nil {
+			fatalf(t, name, "reading capacity: %v", err)
+		}
+		if whole < 2 {
+			t.Skipf("needs at least 2 free 8-GPU nodes, found %d", whole)
+		}
+		return free, whole
+	}
+	f := features.New(name).WithLabel("area", name).
+		Assess("a gang that fits binds all-or-nothing and reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			capacity(ctx, t)
+			s.create(ctx, gpuCluster(s.ns, "fits", 2, 8))
+			s.waitReady(ctx, "fits", *readyFlag)
+			s.checkInvariants()
+			return ctx
+		}).
+		Assess("a gang one GPU larger than free capacity binds no pod and reports Unschedulable", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			free, whole := capacity(ctx, t)
+			gc := gpuCluster(s.ns, "too-big", int32(whole), 8)
+			// One more GPU than is free: every whole free node plus one GPU.
+			extra := int32(free - whole*8 + 1)
+			gc.Spec.WorkerGroups = append(gc.Spec.WorkerGroups, gpulabv1alpha1.WorkerGroupSpec{
+				Name: "extra", Replicas: 1, Template: gc.Spec.WorkerGroups[0].Template,
+				GPUs: &gpulabv1alpha1.GPURequest{PerPod: &extra},
+			})
+			s.create(ctx, gc)
+			window := time.Now().Add(*waitWindowFlag)
+			reported := false
+			for time.Now().Before(window) {
+				if n := s.recorder.Bound("too-big"); n > 0 {
+					fatalf(t, name, "%d pods of a gang that cannot fit were bound", n)
+				}
+				reported = reported || unschedulable(ctx, s)
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !reported {
+				failf(t, name, "the gang never reported Unschedulable: %s", describe(s.get(ctx, "too-big")))
+			}
+			s.checkInvariants()
+			return ctx
+		}).
+		Assess("K gangs contending for room for K/2 are never partly bound, and the waiting ones bind as capacity frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			_, whole := capacity(ctx, t)
+			const k = 4
+			per := int32(whole / (k / 2)) // two gangs fill the whole free nodes
+			for i := range k {
+				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("contend-%d", i), per, 8))
+			}
+			ready := map[string]bool{}
+			start := time.Now()
+			var firstFreed time.Time
+			var bindAfterFree []float64
+			for len(ready) < k {
+				if time.Since(start) > 2**readyFlag {
+					fatalf(t, name, "only %d of %d contending gangs became Ready", len(ready), k)
+				}
+				for i := range k {
+					n := fmt.Sprintf("contend-%d", i)
+					if ready[n] || s.get(ctx, n).Status.Phase != gpulabv1alpha1.ClusterReady {
+						continue
+					}
+					ready[n] = true
+					if !firstFreed.IsZero() {
+						bindAfterFree = append(bindAfterFree, time.Since(firstFreed).Seconds())
+					}
+					// Free its capacity for a waiting gang.
+					if firstFreed.IsZero() {
+						firstFreed = time.Now()
+					}
+					s.delete(ctx, n)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			measured(results.Distribution(name, "contended_free_to_ready", "seconds", bindAfterFree))
+			s.checkInvariants()
+			return ctx
+		}).
+		Assess("an exact fill of the free capacity binds", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			_, whole := capacity(ctx, t)
+			s.create(ctx, gpuCluster(s.ns, "exact", int32(whole), 8))
+			s.waitReady(ctx, "exact", *readyFlag)
+			s.checkInvariants()
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// unschedulable says whether the gang reports it cannot be placed: the
+// operator's Schedulable=False, or Volcano's PodGroup condition.
+func unschedulable(ctx context.Context, s *scenario) bool {
+	gc := s.get(ctx, "too-big")
+	if meta.IsStatusConditionFalse(gc.Status.Conditions, gpulabv1alpha1.ConditionSchedulable) {
+		return true
+	}
+	var pg schedulingv1beta1.PodGroup
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "too-big-pg"}, &pg); err != nil {
+		return false
+	}
+	for _, c := range pg.Status.Conditions {
+		if c.Type == schedulingv1beta1.PodGroupUnschedulableType && c.Status == "True" {
+			return true
+		}
+	}
+	return false
+}

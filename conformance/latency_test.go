@@ -1,0 +1,116 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+// TestLatency creates --scale GPUClusters (1 head + 2 workers × 4 GPUs) at
+// once and measures, from client-side watches, each cluster's time from
+// create to PodGroup, all pods created, all bound, all Ready and status
+// Ready; and, from the operator's /metrics, the work it took.
+func TestLatency(t *testing.T) {
+	const name = "latency"
+	f := features.New(name).WithLabel("area", name).
+		Assess("clusters created at once reach Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			free, _, err := freeCapacity(ctx, cluster.Client)
+			if err != nil {
+				fatalf(t, name, "reading capacity: %v", err)
+			}
+			n := *scaleFlag
+			if n*8 > free {
+				n = free / 8
+				t.Logf("capacity for %d clusters only (%d free GPUs)", n, free)
+			}
+			if n == 0 {
+				t.Skip("no free capacity")
+			}
+			before := scrapeLeader(ctx, t, name)
+			start := time.Now()
+			for i := range n {
+				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("lat-%03d", i), 2, 4))
+			}
+			timeout := *readyFlag + time.Duration(n)*200*time.Millisecond
+			err = waitFor(ctx, timeout, func() (bool, string) {
+				done := 0
+				for _, tl := range s.recorder.Timelines() {
+					if !tl.StatusReady.IsZero() {
+						done++
+					}
+				}
+				return done == n, fmt.Sprintf("%d of %d clusters Ready", done, n)
+			})
+			if err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			wall := time.Since(start)
+			after := scrapeLeader(ctx, t, name)
+			record(name, s.recorder.Timelines(), n, wall, before, after)
+			s.checkInvariants()
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+func scrapeLeader(ctx context.Context, t *testing.T, feature string) measure.Scrape {
+	if cluster.Profile != "local" {
+		return nil
+	}
+	leader, err := cluster.Leader(ctx)
+	if err != nil {
+		fatalf(t, feature, "%v", err)
+	}
+	s, err := measure.ScrapeURL(ctx, leader.MetricsURL())
+	if err != nil {
+		fatalf(t, feature, "scraping the operator: %v", err)
+	}
+	return s
+}
+
+// record turns timelines and metric deltas into measurements.
+func record(feature string, timelines map[string]measure.Timeline, n int, wall time.Duration, before, after measure.Scrape) {
+	phases := map[string][]float64{}
+	add := func(phase string, from, to time.Time) {
+		if !from.IsZero() && !to.IsZero() {
+			phases[phase] = append(phases[phase], to.Sub(from).Seconds())
+		}
+	}
+	for _, tl := range timelines {
+		add("create_to_podgroup", tl.Created, tl.PodGroup)
+		add("create_to_pods_created", tl.Created, tl.PodsCreated)
+		add("create_to_all_bound", tl.Created, tl.AllBound)
+		add("create_to_pods_ready", tl.Created, tl.PodsReady)
+		add("create_to_status_ready", tl.Created, tl.StatusReady)
+		add("pods_ready_to_status_ready", tl.PodsReady, tl.StatusReady)
+	}
+	for _, phase := range []string{"create_to_podgroup", "create_to_pods_created", "create_to_all_bound", "create_to_pods_ready", "create_to_status_ready", "pods_ready_to_status_ready"} {
+		measured(results.Distribution(feature, phase, "seconds", phases[phase]))
+	}
+	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()))
+	if before == nil || after == nil {
+		return
+	}
+	ctrl := map[string]string{"controller": "gpucluster"}
+	delta := func(metric string, match map[string]string) float64 {
+		return after.Sum(metric, match) - before.Sum(metric, match)
+	}
+	reconciles := delta("controller_runtime_reconcile_total", ctrl)
+	measured(
+		results.Value(feature, "reconciles_per_cluster", "count", reconciles/float64(n)),
+		results.Value(feature, "reconcile_errors", "count", delta("controller_runtime_reconcile_errors_total", ctrl)),
+		results.Value(feature, "queue_wait_p99", "seconds", measure.HistogramQuantileDelta(before, after, "workqueue_queue_duration_seconds", map[string]string{"name": "gpucluster"}, 0.99)),
+		results.Value(feature, "api_requests_per_cluster", "requests", delta("rest_client_requests_total", nil)/float64(n)),
+		results.Value(feature, "api_writes_per_cluster", "requests",
+			(delta("rest_client_requests_total", map[string]string{"method": "POST"})+delta("rest_client_requests_total", map[string]string{"method": "PUT"})+
+				delta("rest_client_requests_total", map[string]string{"method": "PATCH"})+delta("rest_client_requests_total", map[string]string{"method": "DELETE"}))/float64(n)),
+	)
+}

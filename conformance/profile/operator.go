@@ -1,0 +1,134 @@
+package profile
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gpulab/gpulab/conformance/measure"
+)
+
+// OperatorProcess is one gpulab-operator replica run as a local process,
+// so the suite can kill it like a crash would.
+type OperatorProcess struct {
+	Name        string
+	binary      string
+	kubeconfig  string
+	logPath     string
+	metricsPort int
+	probePort   int
+	cmd         *exec.Cmd
+	exited      chan struct{}
+}
+
+func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProcess, error) {
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	return &OperatorProcess{Name: name, binary: binary, kubeconfig: kubeconfig, logPath: filepath.Join(logDir, name+".log"),
+		metricsPort: ports[0], probePort: ports[1]}, nil
+}
+
+// Start runs the process and waits until it is ready.
+func (o *OperatorProcess) Start(ctx context.Context) error {
+	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	o.cmd = exec.Command(o.binary,
+		"--kubeconfig="+o.kubeconfig,
+		"--leader-elect=true", "--leader-election-namespace=default",
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(o.metricsPort),
+		"--metrics-secure=false",
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(o.probePort),
+		"--kube-api-qps=200", "--kube-api-burst=400",
+	)
+	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	if err := o.cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting %s: %w", o.binary, err)
+	}
+	o.exited = make(chan struct{})
+	go func() { _ = o.cmd.Wait(); logFile.Close(); close(o.exited) }()
+	return o.waitReady(ctx)
+}
+
+func (o *OperatorProcess) waitReady(ctx context.Context) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", o.probePort)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-o.exited:
+			return fmt.Errorf("operator %s exited at start (log: %s)", o.Name, o.logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("operator %s not ready after 30s (log: %s)", o.Name, o.logPath)
+}
+
+// Kill sends SIGKILL, as a node failure or OOM would: no lease release.
+func (o *OperatorProcess) Kill() error {
+	if o.cmd == nil || o.cmd.Process == nil {
+		return nil
+	}
+	if err := o.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-o.exited
+	return nil
+}
+
+// Stop ends the process gracefully (it releases its lease).
+func (o *OperatorProcess) Stop() error {
+	if o.cmd == nil || o.cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-o.exited:
+		return nil
+	default:
+	}
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.exited:
+	case <-time.After(15 * time.Second):
+		return o.Kill()
+	}
+	return nil
+}
+
+// MetricsURL is the replica's /metrics.
+func (o *OperatorProcess) MetricsURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/metrics", o.metricsPort)
+}
+
+// IsLeader reads controller-runtime's leader gauge from the replica.
+func (o *OperatorProcess) IsLeader(ctx context.Context) bool {
+	s, err := measure.ScrapeURL(ctx, o.MetricsURL())
+	return err == nil && s.Sum("leader_election_master_status", nil) >= 1
+}
+
+// Log is the replica's log file.
+func (o *OperatorProcess) Log() string { return o.logPath }

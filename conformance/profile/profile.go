@@ -1,0 +1,210 @@
+// Package profile prepares the cluster a conformance run uses: `local`
+// brings up the local testbed and runs two operator replicas as processes;
+// `cluster` uses an existing cluster and checks gpulab and Volcano are there.
+package profile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// Options configures a profile.
+type Options struct {
+	// Profile is local (default) or cluster.
+	Profile string
+	// Kubeconfig is the cluster profile's kubeconfig.
+	Kubeconfig string
+	// Scale sizes the local fleet: Scale+Scale/4+3 dgx-h100 nodes, enough for
+	// Scale latency clusters of 8 GPUs with room to spare.
+	Scale int
+	// OutDir receives operator logs.
+	OutDir string
+	// OperatorBinary is the gpulab-operator to run locally. Built from the
+	// repository when empty.
+	OperatorBinary string
+	// Keep leaves the local testbed running after the run.
+	Keep bool
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Environment is a prepared cluster.
+type Environment struct {
+	Profile   string
+	Config    *rest.Config
+	Client    client.Client
+	Operators []*OperatorProcess // local only
+	testbed   *local.Testbed
+	keep      bool
+}
+
+// Setup prepares the profile's cluster.
+func Setup(ctx context.Context, opts Options) (*Environment, error) {
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	switch opts.Profile {
+	case "", "local":
+		return setupLocal(ctx, opts)
+	case "cluster":
+		return setupCluster(ctx, opts)
+	case "kind":
+		return nil, errors.New("profile kind needs Docker; create the kind cluster with testbeds/kind and run with --profile=cluster --kubeconfig=<its kubeconfig>")
+	default:
+		return nil, fmt.Errorf("unknown --profile %q: want local or cluster", opts.Profile)
+	}
+}
+
+func setupLocal(ctx context.Context, opts Options) (*Environment, error) {
+	scale := max(opts.Scale, 1)
+	fleet, err := local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3))
+	if err != nil {
+		return nil, err
+	}
+	tb, err := local.New(local.Options{Name: "gpulab-conformance", Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.Up(ctx); err != nil {
+		return nil, err
+	}
+	env := &Environment{Profile: "local", testbed: tb, keep: opts.Keep}
+	fail := func(err error) (*Environment, error) {
+		return nil, errors.Join(err, env.Teardown(context.WithoutCancel(ctx)))
+	}
+	if env.Config, err = clientcmd.BuildConfigFromFlags("", tb.Kubeconfig()); err != nil {
+		return fail(err)
+	}
+	env.Config.QPS, env.Config.Burst = 500, 1000
+	if env.Client, err = client.New(env.Config, client.Options{Scheme: local.Scheme}); err != nil {
+		return fail(err)
+	}
+	binary, err := operatorBinary(ctx, opts)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		return fail(err)
+	}
+	for _, name := range []string{"operator-0", "operator-1"} {
+		op, err := newOperatorProcess(name, binary, tb.Kubeconfig(), opts.OutDir)
+		if err != nil {
+			return fail(err)
+		}
+		env.Operators = append(env.Operators, op)
+		if err := op.Start(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	fmt.Fprintf(opts.Log, "two operator replicas running (logs in %s)\n", opts.OutDir)
+	return env, nil
+}
+
+// operatorBinary builds bin/gpulab-operator from the repository unless one
+// was given.
+func operatorBinary(ctx context.Context, opts Options) (string, error) {
+	if opts.OperatorBinary != "" {
+		return filepath.Abs(opts.OperatorBinary)
+	}
+	root, err := binaries.ModuleRoot()
+	if err != nil {
+		return "", fmt.Errorf("no --operator-binary given and not inside the repository: %w", err)
+	}
+	out := filepath.Join(root, "bin", "gpulab-operator")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./operator/cmd/gpulab-operator")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the operator: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
+	if opts.Kubeconfig == "" {
+		return nil, errors.New("--profile=cluster needs --kubeconfig")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, crd := range []string{"gpuclusters.gpulab.io", "gpuinventories.gpulab.io", "podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"} {
+		if err := c.Get(ctx, client.ObjectKey{Name: crd}, &apiextensionsv1.CustomResourceDefinition{}); err != nil {
+			missing = append(missing, crd)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the cluster lacks %v: install Volcano and gpulab (kubectl apply --server-side -k operator/config/default)", missing)
+	}
+	return &Environment{Profile: "cluster", Config: cfg, Client: c}, nil
+}
+
+// Teardown stops the operators and the local testbed (unless kept).
+func (e *Environment) Teardown(ctx context.Context) error {
+	var errs []error
+	for _, op := range e.Operators {
+		errs = append(errs, op.Stop())
+	}
+	if e.testbed != nil && !e.keep {
+		errs = append(errs, e.testbed.Down(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Leader returns the operator replica that holds the lease (local only).
+func (e *Environment) Leader(ctx context.Context) (*OperatorProcess, error) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		for _, op := range e.Operators {
+			if op.IsLeader(ctx) {
+				return op, nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil, errors.New("no operator replica became leader within a minute")
+}
+
+// Describe fills in what the run ran on.
+func (e *Environment) Describe(ctx context.Context, scale int) results.Environment {
+	env := results.Environment{Profile: e.Profile, GPUsByProduct: map[string]int{}, Scale: scale}
+	if dc, err := discovery.NewDiscoveryClientForConfig(e.Config); err == nil {
+		if v, err := dc.ServerVersion(); err == nil {
+			env.KubernetesVersion = v.GitVersion
+		}
+	}
+	if e.Profile == "local" {
+		env.VolcanoVersion = binaries.VolcanoVersion
+	}
+	var nodes corev1.NodeList
+	if err := e.Client.List(ctx, &nodes); err == nil {
+		env.Nodes = len(nodes.Items)
+		for _, n := range nodes.Items {
+			if gpus := n.Status.Allocatable["nvidia.com/gpu"]; gpus.Value() > 0 {
+				env.GPUsByProduct[n.Labels["nvidia.com/gpu.product"]] += int(gpus.Value())
+			}
+		}
+	}
+	return env
+}

@@ -1,0 +1,95 @@
+package results
+
+import (
+	"bytes"
+	"encoding/xml"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	samples := make([]float64, 100)
+	for i := range samples {
+		samples[i] = float64(i + 1)
+	}
+	for p, want := range map[float64]float64{50: 50, 90: 90, 99: 99, 100: 100, 1: 1} {
+		if got := Percentile(samples, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if got := Percentile([]float64{3}, 99); got != 3 {
+		t.Errorf("single sample p99 = %v", got)
+	}
+	m := Distribution("f", "x", "seconds", []float64{5, 1, 3})
+	if m.P50 != 3 || m.Max != 5 || m.Samples != 3 {
+		t.Errorf("distribution %+v", m)
+	}
+}
+
+func TestRoundTripAndReports(t *testing.T) {
+	r := &Results{
+		SchemaVersion: SchemaVersion,
+		StartTime:     time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC),
+		EndTime:       time.Date(2026, 11, 29, 1, 5, 0, 0, time.UTC),
+		Environment:   Environment{Profile: "local", KubernetesVersion: "v1.37.2", Nodes: 4, GPUsByProduct: map[string]int{"NVIDIA-H100-80GB-HBM3": 32}, Scale: 10},
+		Features: []Feature{
+			{Name: "gang", Passed: true, Seconds: 12},
+			{Name: "controller", Passed: false, Messages: []string{"duplicate pod c-workers-1"}, Seconds: 30},
+		},
+		Measurements: []Measurement{Distribution("latency", "create_to_ready", "seconds", []float64{1, 2, 3})},
+	}
+	dir := t.TempDir()
+	if err := r.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r, back) {
+		t.Errorf("round trip changed the results:\n%+v\n%+v", r, back)
+	}
+	if r.Passed() {
+		t.Error("a run with a failed feature passed")
+	}
+	junit, _ := r.JUnit()
+	var suite junitSuite
+	if err := xml.Unmarshal(junit, &suite); err != nil {
+		t.Fatal(err)
+	}
+	if suite.Tests != 2 || suite.Failures != 1 || suite.Cases[1].Failure.Message != "duplicate pod c-workers-1" {
+		t.Errorf("junit %+v", suite)
+	}
+	if md := r.Markdown(); !strings.Contains(md, "FAILED") || !strings.Contains(md, "| latency/create_to_ready | seconds | 3 | 2 | 3 | 3 | 3 |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	base := &Results{Measurements: []Measurement{
+		Value("latency", "ready_p99", "seconds", 2.0),
+		Value("latency", "fast", "seconds", 0.002),
+		Value("latency", "requests_per_cluster", "requests", 10),
+		Value("latency", "gone", "seconds", 1),
+	}}
+	cur := &Results{Measurements: []Measurement{
+		Value("latency", "ready_p99", "seconds", 2.5),              // +25%: regression
+		Value("latency", "fast", "seconds", 0.004),                 // +100% but within noise
+		Value("latency", "requests_per_cluster", "requests", 10.5), // +5%: fine
+	}}
+	rows := Compare(base, cur, CompareOptions{MaxRegression: 0.10, NoiseSeconds: 0.05, NoiseCount: 0})
+	byKey := map[string]Row{}
+	for _, r := range rows {
+		byKey[r.Key] = r
+	}
+	if !byKey["latency/ready_p99"].Regressed || byKey["latency/fast"].Regressed || byKey["latency/requests_per_cluster"].Regressed || !byKey["latency/gone"].Missing {
+		t.Errorf("rows %+v", rows)
+	}
+	var out bytes.Buffer
+	if !PrintComparison(&out, rows) || !strings.Contains(out.String(), "REGRESSION") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}

@@ -1,0 +1,50 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// agentBinary returns the gpulab-agent to run: the one given, or one built
+// from this repository into the cache (cgo, a few seconds when warm).
+func (t *Testbed) agentBinary(ctx context.Context) (string, error) {
+	if t.opts.AgentBinary != "" {
+		return filepath.Abs(t.opts.AgentBinary)
+	}
+	root, err := binaries.ModuleRoot()
+	if err != nil {
+		return "", fmt.Errorf("no agent binary given and not inside the repository: %w", err)
+	}
+	out := filepath.Join(t.opts.CacheDir, "bin", "gpulab-agent")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./node-agent/cmd/gpulab-agent")
+	cmd.Dir = root
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building gpulab-agent: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// agentComponent runs one gpulab-agent that simulates every fake GPU node
+// (a mock NVML per node, of the node's profile), so each has a GPUInventory
+// and GFD labels written by the real publishing code.
+func agentComponent(workdir, kubeconfig, binary string, metricsPort int) kwokComponent {
+	return kwokComponent{
+		Name:    "gpulab-agent",
+		Binary:  binary,
+		WorkDir: workdir,
+		Links:   []string{"kube-apiserver"},
+		Args: []string{
+			"--simulate-testbed-nodes",
+			"--kubeconfig=" + kubeconfig,
+			"--metrics-bind-address=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(metricsPort)),
+			"--interval=30s",
+		},
+	}
+}
