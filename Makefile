@@ -69,9 +69,14 @@ $(GOLANGCI_LINT):
 
 ##@ Testing
 
+# The conformance package is the suite itself; `make test` runs it through
+# `make conformance` at a scale that fits CI.
+UNIT_PKGS = $$($(GO) list ./... | grep -v '/conformance$$')
+
 .PHONY: test
-test: testbed-binaries ## Run every test: unit, envtest (real API server) and the local testbed (real Volcano).
-	$(GO) test ./... -timeout $(TEST_TIMEOUT)
+test: testbed-binaries ## Run every test: unit, envtest (real API server), the local testbed (real Volcano) and the conformance suite at scale 10.
+	$(GO) test $(UNIT_PKGS) -timeout $(TEST_TIMEOUT)
+	$(MAKE) conformance CONFORMANCE_SCALE=10 CONFORMANCE_OUT=$(CURDIR)/_artifacts/conformance-test
 
 .PHONY: test-short
 test-short: ## Run only the fast tests (no API server, no testbed).

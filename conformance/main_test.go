@@ -29,6 +29,7 @@ var (
 	operatorFlag   = flag.String("operator-binary", "", "gpulab-operator binary for the local profile (default: build it)")
 	waitWindowFlag = flag.Duration("wait-window", 10*time.Second, "how long a gang that cannot fit is watched for bound pods")
 	readyFlag      = flag.Duration("ready-timeout", 2*time.Minute, "how long a gang that fits may take to be Ready")
+	testbedFlag    = flag.String("testbed-name", "gpulab-conformance", "name of the local testbed the local profile creates")
 )
 
 var (
@@ -73,7 +74,7 @@ func TestMain(m *testing.M) {
 		var err error
 		cluster, err = profile.Setup(ctx, profile.Options{
 			Profile: *profileFlag, Kubeconfig: c.KubeconfigFile(), Scale: *scaleFlag, OutDir: filepath.Join(out, "logs"),
-			OperatorBinary: *operatorFlag, Keep: *keepFlag, Log: os.Stdout,
+			OperatorBinary: *operatorFlag, Keep: *keepFlag, Log: os.Stdout, TestbedName: *testbedFlag,
 		})
 		if err != nil {
 			return ctx, fmt.Errorf("profile %s: %w", *profileFlag, err)

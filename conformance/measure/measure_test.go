@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
 
@@ -87,5 +89,26 @@ func TestHistogramQuantileDelta(t *testing.T) {
 	}
 	if got := HistogramQuantileDelta(before, after, "h", nil, 0.99); got < 9.7 || got > 9.9 {
 		t.Errorf("p99 = %v, want ~9.82", got)
+	}
+}
+
+func TestPodsBeforePodGroupDetector(t *testing.T) {
+	r := newTestRecorder(time.Second)
+	r.Expect("early", 1, time.Now())
+	p := pod("early", "0", "a", "")
+	p.ResourceVersion = "100"
+	r.added(p)
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "early-pg", ResourceVersion: "101", Labels: map[string]string{gpulabv1alpha1.ClusterLabel: "early"}}}
+	r.added(pg)
+	r.Expect("ok", 1, time.Now())
+	pg2 := pg.DeepCopy()
+	pg2.Labels[gpulabv1alpha1.ClusterLabel], pg2.ResourceVersion = "ok", "200"
+	r.added(pg2)
+	p2 := pod("ok", "0", "b", "")
+	p2.ResourceVersion = "201"
+	r.added(p2)
+	v := r.Violations()
+	if len(v) != 1 || v[0].Cluster != "early" || !strings.Contains(v[0].What, "before its PodGroup") {
+		t.Fatalf("violations %v, want only early's pod before its PodGroup", v)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,6 +39,12 @@ type Timeline struct {
 	// tearing is set once the cluster's pods are being deleted: a gang
 	// shrinking to nothing is not a partial placement.
 	tearing bool
+	// pgRV and firstPodRV are the creation revisions of the PodGroup and of
+	// the earliest pod, from their ADDED watch events: the watch starts
+	// before the cluster exists, so an ADDED event carries the revision the
+	// object was created at, and one etcd orders them.
+	pgRV, firstPodRV int64
+	firstPod         string
 }
 
 type podState struct {
@@ -93,7 +100,10 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 			return nil, err
 		}
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { r.observe(o, false) },
+			AddFunc: func(o any) {
+				r.added(o)
+				r.observe(o, false)
+			},
 			UpdateFunc: func(_, o any) { r.observe(o, false) },
 			DeleteFunc: func(o any) {
 				if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
@@ -132,6 +142,32 @@ func (r *Recorder) timeline(name string) *Timeline {
 		r.clusters[name] = t
 	}
 	return t
+}
+
+// added records creation revisions for the PodGroup-before-pods check.
+func (r *Recorder) added(o any) {
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	name := obj.GetLabels()[gpulabv1alpha1.ClusterLabel]
+	rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	if name == "" || err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.timeline(name)
+	switch o.(type) {
+	case *schedulingv1beta1.PodGroup:
+		if t.pgRV == 0 {
+			t.pgRV = rv
+		}
+	case *corev1.Pod:
+		if t.firstPodRV == 0 || rv < t.firstPodRV {
+			t.firstPodRV, t.firstPod = rv, obj.GetName()
+		}
+	}
 }
 
 func (r *Recorder) observe(o any, deleted bool) {
@@ -224,6 +260,9 @@ func (r *Recorder) Violations() []Violation {
 		split := t.maxSplit
 		if !t.partial.IsZero() {
 			split = max(split, now.Sub(t.partial))
+		}
+		if t.pgRV > 0 && t.firstPodRV > 0 && t.firstPodRV < t.pgRV {
+			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) before its PodGroup (revision %d): Volcano may bind part of the gang", t.firstPod, t.firstPodRV, t.pgRV)})
 		}
 		if split > r.in.PartialGrace {
 			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("gang %s was partly bound for %s (grace %s)", name, split.Round(time.Millisecond), r.in.PartialGrace)})

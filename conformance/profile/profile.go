@@ -41,6 +41,8 @@ type Options struct {
 	OperatorBinary string
 	// Keep leaves the local testbed running after the run.
 	Keep bool
+	// TestbedName names the local testbed. Default gpulab-conformance.
+	TestbedName string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -78,7 +80,10 @@ func setupLocal(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	tb, err := local.New(local.Options{Name: "gpulab-conformance", Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute})
+	if opts.TestbedName == "" {
+		opts.TestbedName = "gpulab-conformance"
+	}
+	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute})
 	if err != nil {
 		return nil, err
 	}

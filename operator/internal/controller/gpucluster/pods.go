@@ -87,6 +87,12 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 			errs = append(errs, fmt.Errorf("creating pod %s: %w", name, err))
 		}
 	}
+	if plantedFault == faultDuplicatePod && len(created) > 0 {
+		dup := s.desired.pods[created[len(created)-1]].DeepCopy()
+		dup.Name += "-dup"
+		_ = controllerutil.SetControllerReference(s.cluster, dup, r.scheme)
+		_ = r.client.Create(ctx, dup)
+	}
 	if len(created) > 0 {
 		r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CreatedPods", "CreatePods", "Created %d pods: %s", len(created), summarize(created))
 	}
