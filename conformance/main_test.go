@@ -30,6 +30,7 @@ var (
 	waitWindowFlag = flag.Duration("wait-window", 10*time.Second, "how long a gang that cannot fit is watched for bound pods")
 	readyFlag      = flag.Duration("ready-timeout", 2*time.Minute, "how long a gang that fits may take to be Ready")
 	testbedFlag    = flag.String("testbed-name", "gpulab-conformance", "name of the local testbed the local profile creates")
+	pushFlag       = flag.String("pushgateway-url", "", "push the run's verdicts and measurements to this Prometheus Pushgateway")
 )
 
 var (
@@ -106,6 +107,11 @@ func TestMain(m *testing.M) {
 			return ctx, err
 		}
 		fmt.Printf("\n%s\nresults: %s\n", run.Markdown(), out)
+		if *pushFlag != "" {
+			if err := results.Push(ctx, *pushFlag, run); err != nil {
+				return ctx, err
+			}
+		}
 		if cluster == nil {
 			return ctx, nil
 		}

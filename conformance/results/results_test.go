@@ -2,7 +2,11 @@ package results
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -91,5 +95,26 @@ func TestCompare(t *testing.T) {
 	var out bytes.Buffer
 	if !PrintComparison(&out, rows) || !strings.Contains(out.String(), "REGRESSION") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+func TestPushSendsEverySeries(t *testing.T) {
+	var body string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		body = req.Method + " " + req.URL.Path + "\n" + string(b)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	r := &Results{EndTime: time.Unix(1800000000, 0), Environment: Environment{Profile: "local"},
+		Features:     []Feature{{Name: "gang", Passed: true, Seconds: 3}, {Name: "latency", Passed: false}},
+		Measurements: []Measurement{Distribution("latency", "create_to_status_ready", "seconds", []float64{1, 2})}}
+	if err := Push(context.Background(), srv.URL, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PUT /metrics/job/gpulab_conformance/profile/local", "gpulab_conformance_feature_passed", "gpulab_conformance_measurement", "create_to_status_ready", "gpulab_conformance_passed"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("push lacks %q", want)
+		}
 	}
 }

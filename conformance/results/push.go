@@ -1,0 +1,58 @@
+package results
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/push"
+)
+
+// PushJob is the Pushgateway job the suite's series are grouped under.
+const PushJob = "gpulab_conformance"
+
+// Push sends a run's verdicts and measurements to a Prometheus Pushgateway,
+// grouped by profile, replacing that profile's previous run:
+//
+//	gpulab_conformance_feature_passed{feature}            1 or 0
+//	gpulab_conformance_feature_duration_seconds{feature}
+//	gpulab_conformance_measurement{feature,name,unit,quantile}  (quantile 0.5, 0.9, 0.99, 1)
+//	gpulab_conformance_measurement_samples{feature,name,unit}
+//	gpulab_conformance_passed                             1 when every feature passed
+//	gpulab_conformance_last_run_timestamp_seconds
+func Push(ctx context.Context, url string, r *Results) error {
+	reg := prometheus.NewRegistry()
+	passed := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_passed", Help: "1 if the feature passed in the last run."}, []string{"feature"})
+	duration := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_duration_seconds", Help: "How long the feature ran."}, []string{"feature"})
+	value := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_measurement", Help: "A measurement's quantiles (1 = max)."}, []string{"feature", "name", "unit", "quantile"})
+	samples := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_measurement_samples", Help: "Samples behind a measurement."}, []string{"feature", "name", "unit"})
+	overall := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_passed", Help: "1 if every feature passed."})
+	when := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_last_run_timestamp_seconds", Help: "End of the last run."})
+	reg.MustRegister(passed, duration, value, samples, overall, when)
+	for _, f := range r.Features {
+		if f.Skipped {
+			continue
+		}
+		passed.WithLabelValues(f.Name).Set(boolValue(f.Passed))
+		duration.WithLabelValues(f.Name).Set(f.Seconds)
+	}
+	for _, m := range r.Measurements {
+		for q, v := range map[string]float64{"0.5": m.P50, "0.9": m.P90, "0.99": m.P99, "1": m.Max} {
+			value.WithLabelValues(m.Feature, m.Name, m.Unit, q).Set(v)
+		}
+		samples.WithLabelValues(m.Feature, m.Name, m.Unit).Set(float64(m.Samples))
+	}
+	overall.Set(boolValue(r.Passed()))
+	when.Set(float64(r.EndTime.Unix()))
+	if err := push.New(url, PushJob).Gatherer(reg).Grouping("profile", r.Environment.Profile).PushContext(ctx); err != nil {
+		return fmt.Errorf("pushing results to %s: %w", url, err)
+	}
+	return nil
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
