@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,6 +29,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
+	"github.com/gpulab/gpulab/operator/internal/controller/gpujob"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 )
 
@@ -67,9 +69,10 @@ type Options struct {
 	SecureMetrics bool
 	// HealthProbeBindAddress serves /healthz and /readyz. Default ":8081".
 	HealthProbeBindAddress string
-	// Metrics receives the gpulab_ metrics. Default: a fresh set registered
-	// with controller-runtime's registry.
-	Metrics *metrics.Clusters
+	// Metrics and JobMetrics receive the gpulab_ metrics. Default: fresh
+	// sets registered with controller-runtime's registry.
+	Metrics    *metrics.Clusters
+	JobMetrics *metrics.Jobs
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 }
@@ -114,10 +117,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, err
 	}
+	submitters, err := labels.NewRequirement(gpujob.JobLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
 	cacheOpts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*owned)},
 			&corev1.Service{}: {Label: labels.NewSelector().Add(*owned)},
+			// Only submitter Jobs: the cluster's other Jobs are not ours.
+			&batchv1.Job{}: {Label: labels.NewSelector().Add(*submitters)},
 		},
 	}
 	if len(opts.WatchNamespaces) > 0 {
@@ -177,6 +186,14 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		SkipNameValidation:      opts.SkipNameValidation,
 	})
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	jm := opts.JobMetrics
+	if jm == nil {
+		jm = metrics.NewJobs(nil)
+	}
+	jobs := gpujob.New(mgr, jm, gpujob.Options{MaxConcurrentReconciles: opts.ReconcileConcurrency, SkipNameValidation: opts.SkipNameValidation})
+	if err := jobs.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil

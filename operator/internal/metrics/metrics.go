@@ -99,3 +99,42 @@ func (m *Clusters) Forget(key types.NamespacedName) {
 		delete(m.phase, key)
 	}
 }
+
+// Jobs records GPUJob metrics.
+type Jobs struct {
+	duration    *prometheus.HistogramVec
+	timeToStart prometheus.Histogram
+}
+
+// jobBuckets span a smoke test's seconds to a training run's day.
+var jobBuckets = prometheus.ExponentialBuckets(1, 2.5, 14)
+
+// NewJobs builds the GPUJob metrics and registers them with reg
+// (controller-runtime's registry when nil).
+func NewJobs(reg prometheus.Registerer) *Jobs {
+	if reg == nil {
+		reg = ctrlmetrics.Registry
+	}
+	m := &Jobs{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpulab_job_duration_seconds",
+			Help:    "Time from GPUJob start to its verdict, by result (Succeeded, Failed).",
+			Buckets: jobBuckets,
+		}, []string{"result"}),
+		timeToStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpulab_job_time_to_start_seconds",
+			Help:    "Time from GPUJob creation until a submitter was created on a Ready cluster.",
+			Buckets: latencyBuckets,
+		}),
+	}
+	reg.MustRegister(m.duration, m.timeToStart)
+	return m
+}
+
+// ObserveDuration records a finished job.
+func (m *Jobs) ObserveDuration(result string, d time.Duration) {
+	m.duration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// ObserveTimeToStart records how long a job waited for its submitter.
+func (m *Jobs) ObserveTimeToStart(d time.Duration) { m.timeToStart.Observe(d.Seconds()) }

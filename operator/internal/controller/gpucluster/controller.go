@@ -208,9 +208,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	result, reconcileErr := r.reconcileChildren(ctx, s)
 	statusErr := r.updateStatus(ctx, s)
 	if err := errors.Join(reconcileErr, statusErr); err != nil {
+		if namespaceTerminating(err) {
+			// The namespace is going away with the cluster: nothing to build.
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	return result, nil
+}
+
+// namespaceTerminating says whether err (possibly joined or wrapped) is the
+// API server refusing a create in a namespace being deleted.
+func namespaceTerminating(err error) bool {
+	var status *apierrors.StatusError
+	if errors.As(err, &status) && apierrors.HasStatusCause(status, corev1.NamespaceTerminatingCause) {
+		return true
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if namespaceTerminating(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // reconcileChildren runs the phases in order: the gang before any pod, the

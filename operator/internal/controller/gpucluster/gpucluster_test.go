@@ -33,13 +33,13 @@ func quantity(s string) resource.Quantity { return resource.MustParse(s) }
 func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
+	ns := testutil.NewNamespace(t, c)
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata-" + ns}, Handler: "kata",
 		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceCPU: quantity("250m"), corev1.ResourceMemory: quantity("64Mi")}}}
 	if err := c.Create(ctx, rc); err != nil {
 		t.Fatal(err)
 	}
-	m := startManager(t, managerOpts{})
+	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 
 	// Watch from now on, to see the order in which children are created.
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: c.Scheme()})
@@ -58,7 +58,7 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 	defer pgWatch.Stop()
 
 	always := corev1.ContainerRestartPolicyAlways
-	gc := newCluster(ns, "sized", 3, 4)
+	gc := testutil.NewCluster(ns, "sized", 3, 4)
 	gc.Spec.Head.Template.Spec.RuntimeClassName = &rc.Name
 	gc.Spec.Head.Template.Spec.InitContainers = []corev1.Container{
 		{Name: "proxy", Image: "busybox", RestartPolicy: &always, Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: quantity("500m")}}},
@@ -68,7 +68,7 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 	gc.Spec.WorkerGroups[0].Template.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = quantity("8Gi")
 	gc.Spec.WorkerGroups = append(gc.Spec.WorkerGroups, gpulabv1alpha1.WorkerGroupSpec{
 		Name: "cpu", Replicas: 1,
-		Template: podTemplate("cpu", corev1.ResourceList{corev1.ResourceCPU: quantity("1"), corev1.ResourceMemory: quantity("1Gi")}),
+		Template: testutil.PodTemplate("cpu", corev1.ResourceList{corev1.ResourceCPU: quantity("1"), corev1.ResourceMemory: quantity("1Gi")}),
 	})
 	if err := c.Create(ctx, gc); err != nil {
 		t.Fatal(err)
@@ -126,11 +126,11 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 		t.Errorf("PodGroup is not controlled by the cluster")
 	}
 
-	eventually(t, waitTimeout, "5 pods", func() (bool, string) {
-		n := len(listPods(t, c, ns))
+	testutil.Eventually(t, waitTimeout, "5 pods", func() (bool, string) {
+		n := len(testutil.ListPods(t, c, ns))
 		return n == 5, fmt.Sprintf("%d pods", n)
 	})
-	for _, p := range listPods(t, c, ns) {
+	for _, p := range testutil.ListPods(t, c, ns) {
 		if p.Spec.SchedulerName != "volcano" || p.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] != "sized-pg" {
 			t.Errorf("pod %s: schedulerName %q, group %q", p.Name, p.Spec.SchedulerName, p.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey])
 		}
@@ -149,12 +149,12 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 		t.Errorf("head Service missing or not controlled by the cluster: %v", err)
 	}
 
-	eventually(t, waitTimeout, "Ready", func() (bool, string) {
-		playKubelet(t, c, ns)
-		got := getCluster(t, c, ns, "sized")
+	testutil.Eventually(t, waitTimeout, "Ready", func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
+		got := testutil.GetCluster(t, c, ns, "sized")
 		return got.Status.Phase == gpulabv1alpha1.ClusterReady, fmt.Sprintf("phase %q", got.Status.Phase)
 	})
-	got := getCluster(t, c, ns, "sized")
+	got := testutil.GetCluster(t, c, ns, "sized")
 	if got.Status.ReadyPods != 5 || got.Status.DesiredPods != 5 || got.Status.GPUs != 12 {
 		t.Errorf("status ready/desired/GPUs = %d/%d/%d, want 5/5/12", got.Status.ReadyPods, got.Status.DesiredPods, got.Status.GPUs)
 	}
@@ -166,7 +166,7 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 			t.Errorf("condition %s is not True: %+v", typ, meta.FindStatusCondition(got.Status.Conditions, typ))
 		}
 	}
-	t.Logf("API writes to Ready for 5 pods: %v; status writes by code: %v", m.traffic.Snapshot(), m.traffic.StatusCodes())
+	t.Logf("API writes to Ready for 5 pods: %v; status writes by code: %v", m.Traffic.Snapshot(), m.Traffic.StatusCodes())
 }
 
 // TestScaleSuspendResume scales a running cluster up and down (highest
@@ -175,19 +175,19 @@ func TestGangSizedFromPodsAsBuilt(t *testing.T) {
 func TestScaleSuspendResume(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
-	startManager(t, managerOpts{})
-	gc := newCluster(ns, "scale", 2, 8)
+	ns := testutil.NewNamespace(t, c)
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	gc := testutil.NewCluster(ns, "scale", 2, 8)
 	if err := c.Create(ctx, gc); err != nil {
 		t.Fatal(err)
 	}
 	waitPods := func(want ...string) {
 		t.Helper()
 		sort.Strings(want)
-		eventually(t, waitTimeout, fmt.Sprintf("pods %v", want), func() (bool, string) {
-			playKubelet(t, c, ns)
+		testutil.Eventually(t, waitTimeout, fmt.Sprintf("pods %v", want), func() (bool, string) {
+			testutil.PlayKubelet(t, c, ns)
 			var names []string
-			for _, p := range listPods(t, c, ns) {
+			for _, p := range testutil.ListPods(t, c, ns) {
 				names = append(names, p.Name)
 			}
 			sort.Strings(names)
@@ -196,7 +196,7 @@ func TestScaleSuspendResume(t *testing.T) {
 	}
 	minMember := func(want int32) {
 		t.Helper()
-		eventually(t, waitTimeout, fmt.Sprintf("minMember %d", want), func() (bool, string) {
+		testutil.Eventually(t, waitTimeout, fmt.Sprintf("minMember %d", want), func() (bool, string) {
 			var pg schedulingv1beta1.PodGroup
 			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "scale-pg"}, &pg)
 			return err == nil && pg.Spec.MinMember == want, fmt.Sprintf("minMember %d, err %v", pg.Spec.MinMember, err)
@@ -206,7 +206,7 @@ func TestScaleSuspendResume(t *testing.T) {
 		t.Helper()
 		// The operator writes status concurrently: retry on conflict.
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur := getCluster(t, c, ns, "scale")
+			cur := testutil.GetCluster(t, c, ns, "scale")
 			mutate(cur)
 			return c.Update(ctx, cur)
 		}); err != nil {
@@ -225,18 +225,18 @@ func TestScaleSuspendResume(t *testing.T) {
 
 	update(func(g *gpulabv1alpha1.GPUCluster) { g.Spec.Suspend = true })
 	waitPods()
-	eventually(t, waitTimeout, "PodGroup released and phase Suspended", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "PodGroup released and phase Suspended", func() (bool, string) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "scale-pg"}, &schedulingv1beta1.PodGroup{})
-		phase := getCluster(t, c, ns, "scale").Status.Phase
+		phase := testutil.GetCluster(t, c, ns, "scale").Status.Phase
 		return apierrors.IsNotFound(err) && phase == gpulabv1alpha1.ClusterSuspended, fmt.Sprintf("get PodGroup: %v, phase %q", err, phase)
 	})
 
 	update(func(g *gpulabv1alpha1.GPUCluster) { g.Spec.Suspend = false })
 	minMember(2)
 	waitPods("scale-head", "scale-workers-0")
-	eventually(t, waitTimeout, "Ready after resume", func() (bool, string) {
-		playKubelet(t, c, ns)
-		phase := getCluster(t, c, ns, "scale").Status.Phase
+	testutil.Eventually(t, waitTimeout, "Ready after resume", func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
+		phase := testutil.GetCluster(t, c, ns, "scale").Status.Phase
 		return phase == gpulabv1alpha1.ClusterReady, string(phase)
 	})
 }
@@ -246,13 +246,13 @@ func TestScaleSuspendResume(t *testing.T) {
 func TestFailedPodIsReplaced(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
-	startManager(t, managerOpts{})
-	if err := c.Create(ctx, newCluster(ns, "heal", 2, 1)); err != nil {
+	ns := testutil.NewNamespace(t, c)
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	if err := c.Create(ctx, testutil.NewCluster(ns, "heal", 2, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "3 running pods", func() (bool, string) {
-		n := playKubelet(t, c, ns)
+	testutil.Eventually(t, waitTimeout, "3 running pods", func() (bool, string) {
+		n := testutil.PlayKubelet(t, c, ns)
 		return n == 3, fmt.Sprintf("%d running", n)
 	})
 	victim := &corev1.Pod{}
@@ -264,8 +264,8 @@ func TestFailedPodIsReplaced(t *testing.T) {
 	if err := c.Status().Update(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "heal-workers-1 replaced", func() (bool, string) {
-		playKubelet(t, c, ns)
+	testutil.Eventually(t, waitTimeout, "heal-workers-1 replaced", func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
 		p := &corev1.Pod{}
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "heal-workers-1"}, p)
 		return err == nil && p.UID != oldUID && p.Status.Phase == corev1.PodRunning, fmt.Sprintf("err %v, uid changed %v, phase %s", err, p.UID != oldUID, p.Status.Phase)
@@ -278,32 +278,32 @@ func TestFailedPodIsReplaced(t *testing.T) {
 func TestRestartBetweenPodCreateAndStatusWrite(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
+	ns := testutil.NewNamespace(t, c)
 	broken := testutil.NewTraffic()
 	broken.FailStatusWrites.Store(true)
-	first := startManager(t, managerOpts{traffic: broken})
-	if err := c.Create(ctx, newCluster(ns, "restart", 5, 1)); err != nil {
+	first := testutil.StartManager(t, env.Config, testutil.ManagerOptions{Traffic: broken})
+	if err := c.Create(ctx, testutil.NewCluster(ns, "restart", 5, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "6 pods created by the first operator", func() (bool, string) {
-		n := len(listPods(t, c, ns))
+	testutil.Eventually(t, waitTimeout, "6 pods created by the first operator", func() (bool, string) {
+		n := len(testutil.ListPods(t, c, ns))
 		return n == 6, fmt.Sprintf("%d pods", n)
 	})
-	if phase := getCluster(t, c, ns, "restart").Status.Phase; phase != "" {
+	if phase := testutil.GetCluster(t, c, ns, "restart").Status.Phase; phase != "" {
 		t.Fatalf("status was written (phase %q) despite the injected fault", phase)
 	}
-	first.stop()
+	first.Stop()
 	uids := map[string]string{}
-	for _, p := range listPods(t, c, ns) {
+	for _, p := range testutil.ListPods(t, c, ns) {
 		uids[p.Name] = string(p.UID)
 	}
 
-	second := startManager(t, managerOpts{})
-	eventually(t, waitTimeout, "status written by the second operator", func() (bool, string) {
-		got := getCluster(t, c, ns, "restart")
+	second := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	testutil.Eventually(t, waitTimeout, "status written by the second operator", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "restart")
 		return got.Status.Phase == gpulabv1alpha1.ClusterScheduling && got.Status.ObservedGeneration == 1, string(got.Status.Phase)
 	})
-	pods := listPods(t, c, ns)
+	pods := testutil.ListPods(t, c, ns)
 	if len(pods) != 6 {
 		t.Fatalf("%d pods after restart, want 6", len(pods))
 	}
@@ -312,7 +312,7 @@ func TestRestartBetweenPodCreateAndStatusWrite(t *testing.T) {
 			t.Errorf("pod %s was replaced across the restart", p.Name)
 		}
 	}
-	if n := second.traffic.Count("POST pods"); n != 0 {
+	if n := second.Traffic.Count("POST pods"); n != 0 {
 		t.Errorf("the second operator created %d pods, want 0", n)
 	}
 }
@@ -323,22 +323,22 @@ func TestRestartBetweenPodCreateAndStatusWrite(t *testing.T) {
 func TestRacingOperatorsNeverDuplicate(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
-	a := startManager(t, managerOpts{})
-	b := startManager(t, managerOpts{})
-	if err := c.Create(ctx, newCluster(ns, "race", 20, 1)); err != nil {
+	ns := testutil.NewNamespace(t, c)
+	a := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	b := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	if err := c.Create(ctx, testutil.NewCluster(ns, "race", 20, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "21 pods", func() (bool, string) {
-		n := len(listPods(t, c, ns))
+	testutil.Eventually(t, waitTimeout, "21 pods", func() (bool, string) {
+		n := len(testutil.ListPods(t, c, ns))
 		return n == 21, fmt.Sprintf("%d pods", n)
 	})
 	// Let both settle: the cluster's status reflects all pods.
-	eventually(t, waitTimeout, "status", func() (bool, string) {
-		got := getCluster(t, c, ns, "race")
+	testutil.Eventually(t, waitTimeout, "status", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "race")
 		return got.Status.Phase == gpulabv1alpha1.ClusterScheduling, string(got.Status.Phase)
 	})
-	if created := a.traffic.Count("POST pods") + b.traffic.Count("POST pods"); created != 21 {
+	if created := a.Traffic.Count("POST pods") + b.Traffic.Count("POST pods"); created != 21 {
 		t.Errorf("%d successful pod creates across both operators, want exactly 21", created)
 	}
 }
@@ -348,7 +348,7 @@ func TestRacingOperatorsNeverDuplicate(t *testing.T) {
 func TestStatusConflictConverges(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
+	ns := testutil.NewNamespace(t, c)
 	traffic := testutil.NewTraffic()
 	traffic.BeforeStatusWrite = func() {
 		// Another writer updates status first, moving the resourceVersion.
@@ -359,15 +359,15 @@ func TestStatusConflictConverges(t *testing.T) {
 		meta.SetStatusCondition(&gc.Status.Conditions, metav1.Condition{Type: "External", Status: metav1.ConditionTrue, Reason: "Test", Message: "written by someone else"})
 		_ = c.Status().Update(ctx, gc)
 	}
-	startManager(t, managerOpts{traffic: traffic})
-	if err := c.Create(ctx, newCluster(ns, "conflict", 1, 1)); err != nil {
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{Traffic: traffic})
+	if err := c.Create(ctx, testutil.NewCluster(ns, "conflict", 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "converged status", func() (bool, string) {
-		got := getCluster(t, c, ns, "conflict")
+	testutil.Eventually(t, waitTimeout, "converged status", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "conflict")
 		return got.Status.Phase == gpulabv1alpha1.ClusterScheduling, string(got.Status.Phase)
 	})
-	got := getCluster(t, c, ns, "conflict")
+	got := testutil.GetCluster(t, c, ns, "conflict")
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, "External") {
 		t.Errorf("the other writer's condition was overwritten blindly: %+v", got.Status.Conditions)
 	}
@@ -381,48 +381,48 @@ func TestStatusConflictConverges(t *testing.T) {
 func TestLeaderElection(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
-	first := startManager(t, managerOpts{leaderElect: true})
+	ns := testutil.NewNamespace(t, c)
+	first := testutil.StartManager(t, env.Config, testutil.ManagerOptions{LeaderElect: true})
 	select {
-	case <-first.elected:
+	case <-first.Elected:
 	case <-time.After(waitTimeout):
 		t.Fatal("the first replica never became leader")
 	}
-	second := startManager(t, managerOpts{leaderElect: true})
-	if err := c.Create(ctx, newCluster(ns, "leader", 2, 1)); err != nil {
+	second := testutil.StartManager(t, env.Config, testutil.ManagerOptions{LeaderElect: true})
+	if err := c.Create(ctx, testutil.NewCluster(ns, "leader", 2, 1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "3 pods", func() (bool, string) {
-		n := len(listPods(t, c, ns))
+	testutil.Eventually(t, waitTimeout, "3 pods", func() (bool, string) {
+		n := len(testutil.ListPods(t, c, ns))
 		return n == 3, fmt.Sprintf("%d pods", n)
 	})
 	select {
-	case <-second.elected:
+	case <-second.Elected:
 		t.Fatal("both replicas are leaders")
 	default:
 	}
-	if n := second.traffic.Count("POST pods"); n != 0 {
+	if n := second.Traffic.Count("POST pods"); n != 0 {
 		t.Errorf("the follower created %d pods", n)
 	}
 
-	first.stop()
+	first.Stop()
 	select {
-	case <-second.elected:
+	case <-second.Elected:
 	case <-time.After(waitTimeout):
 		t.Fatal("the second replica never took over")
 	}
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := getCluster(t, c, ns, "leader")
+		cur := testutil.GetCluster(t, c, ns, "leader")
 		cur.Spec.WorkerGroups[0].Replicas = 4
 		return c.Update(ctx, cur)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "5 pods after failover", func() (bool, string) {
-		n := len(listPods(t, c, ns))
+	testutil.Eventually(t, waitTimeout, "5 pods after failover", func() (bool, string) {
+		n := len(testutil.ListPods(t, c, ns))
 		return n == 5, fmt.Sprintf("%d pods", n)
 	})
-	if n := second.traffic.Count("POST pods"); n != 2 {
+	if n := second.Traffic.Count("POST pods"); n != 2 {
 		t.Errorf("the new leader created %d pods, want 2", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
 )
 
 // setInventory publishes a GPUInventory for a test node, as its agent would.
@@ -35,7 +36,7 @@ func setInventory(t *testing.T, c client.Client, node, product string, healthy i
 
 func schedulable(t *testing.T, c client.Client, ns, name string) *metav1.Condition {
 	t.Helper()
-	return meta.FindStatusCondition(getCluster(t, c, ns, name).Status.Conditions, gpulabv1alpha1.ConditionSchedulable)
+	return meta.FindStatusCondition(testutil.GetCluster(t, c, ns, name).Status.Conditions, gpulabv1alpha1.ConditionSchedulable)
 }
 
 // TestInventoryDrivesCapacity: capacity comes from GPUInventory's healthy
@@ -44,23 +45,23 @@ func schedulable(t *testing.T, c client.Client, ns, name string) *metav1.Conditi
 func TestInventoryDrivesCapacity(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
-	ns := newNamespace(t, c)
+	ns := testutil.NewNamespace(t, c)
 	for i := range 4 {
 		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
 	}
-	startManager(t, managerOpts{})
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 
-	exact := newCluster(ns, "exact", 4, 8)
+	exact := testutil.NewCluster(ns, "exact", 4, 8)
 	exact.Spec.WorkerGroups[0].GPUs.Product = h100
 	if err := c.Create(ctx, exact); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "exact fit schedulable with pods", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "exact fit schedulable with pods", func() (bool, string) {
 		cond := schedulable(t, c, ns, "exact")
-		n := len(listPods(t, c, ns))
+		n := len(testutil.ListPods(t, c, ns))
 		return cond != nil && cond.Status == metav1.ConditionTrue && n == 5, fmt.Sprintf("%+v, %d pods", cond, n)
 	})
-	for _, p := range listPods(t, c, ns) {
+	for _, p := range testutil.ListPods(t, c, ns) {
 		if p.Labels[gpulabv1alpha1.GroupLabel] != "workers" {
 			continue
 		}
@@ -71,9 +72,9 @@ func TestInventoryDrivesCapacity(t *testing.T) {
 	}
 
 	setInventory(t, c, "h100-3", h100, 7)
-	eventually(t, waitTimeout, "Unschedulable after a GPU fails", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "Unschedulable after a GPU fails", func() (bool, string) {
 		cond := schedulable(t, c, ns, "exact")
-		phase := getCluster(t, c, ns, "exact").Status.Phase
+		phase := testutil.GetCluster(t, c, ns, "exact").Status.Phase
 		return cond != nil && cond.Status == metav1.ConditionFalse && phase == gpulabv1alpha1.ClusterUnschedulable, fmt.Sprintf("%+v, phase %s", cond, phase)
 	})
 	want := "group workers needs 4 nodes with ≥8 healthy NVIDIA-H100-80GB-HBM3 GPUs; 3 exist"
@@ -82,28 +83,28 @@ func TestInventoryDrivesCapacity(t *testing.T) {
 	}
 
 	// A new cluster that cannot fit gets no pods at all.
-	ns2 := newNamespace(t, c)
-	if err := c.Create(ctx, newCluster(ns2, "toobig", 5, 8)); err != nil {
+	ns2 := testutil.NewNamespace(t, c)
+	if err := c.Create(ctx, testutil.NewCluster(ns2, "toobig", 5, 8)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "toobig Unschedulable", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "toobig Unschedulable", func() (bool, string) {
 		cond := schedulable(t, c, ns2, "toobig")
 		return cond != nil && cond.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", cond)
 	})
-	if n := len(listPods(t, c, ns2)); n != 0 {
+	if n := len(testutil.ListPods(t, c, ns2)); n != 0 {
 		t.Errorf("an unschedulable cluster has %d pods, want 0", n)
 	}
 
 	// wholeNode resolves to the healthy count of the matching nodes.
 	setInventory(t, c, "h100-3", h100, 8)
-	ns3 := newNamespace(t, c)
-	whole := newCluster(ns3, "whole", 1, 1)
+	ns3 := testutil.NewNamespace(t, c)
+	whole := testutil.NewCluster(ns3, "whole", 1, 1)
 	whole.Spec.WorkerGroups[0].GPUs = &gpulabv1alpha1.GPURequest{WholeNode: true, Product: h100}
 	if err := c.Create(ctx, whole); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "wholeNode resolved", func() (bool, string) {
-		got := getCluster(t, c, ns3, "whole")
+	testutil.Eventually(t, waitTimeout, "wholeNode resolved", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns3, "whole")
 		for _, g := range got.Status.Groups {
 			if g.Name == "workers" {
 				return g.GPUsPerPod == 8 && got.Status.GPUs == 8, fmt.Sprintf("gpusPerPod %d", g.GPUsPerPod)
@@ -111,8 +112,8 @@ func TestInventoryDrivesCapacity(t *testing.T) {
 		}
 		return false, "no workers group in status"
 	})
-	eventually(t, waitTimeout, "the worker pod requests 8 GPUs", func() (bool, string) {
-		for _, p := range listPods(t, c, ns3) {
+	testutil.Eventually(t, waitTimeout, "the worker pod requests 8 GPUs", func() (bool, string) {
+		for _, p := range testutil.ListPods(t, c, ns3) {
 			if p.Name == "whole-workers-0" {
 				q := p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"]
 				return q.Value() == 8, q.String()
@@ -122,13 +123,13 @@ func TestInventoryDrivesCapacity(t *testing.T) {
 	})
 
 	// A product no node has is named in the message.
-	ns4 := newNamespace(t, c)
-	b200 := newCluster(ns4, "b200", 1, 8)
+	ns4 := testutil.NewNamespace(t, c)
+	b200 := testutil.NewCluster(ns4, "b200", 1, 8)
 	b200.Spec.WorkerGroups[0].GPUs.Product = "NVIDIA-B200"
 	if err := c.Create(ctx, b200); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "no matching nodes", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "no matching nodes", func() (bool, string) {
 		cond := schedulable(t, c, ns4, "b200")
 		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonNoMatchingNodes && strings.Contains(cond.Message, "NVIDIA-B200"), fmt.Sprintf("%+v", cond)
 	})

@@ -80,9 +80,6 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 			s.pods = append(s.pods, *pod)
 		case apierrors.IsAlreadyExists(err):
 			// Our cache lags a create of our own: the pod exists, nothing to do.
-		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-			// The namespace is going away with the cluster: nothing to build.
-			return nil
 		default:
 			errs = append(errs, fmt.Errorf("creating pod %s: %w", name, err))
 		}

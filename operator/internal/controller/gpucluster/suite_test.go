@@ -2,31 +2,18 @@ package gpucluster_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/manager"
-	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/testutil"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
-const h100 = "NVIDIA-H100-80GB-HBM3"
+const h100 = testutil.H100
 
 // env is one API server (with Volcano's CRDs, without Volcano running) for
 // the package. Tests play the scheduler and kubelet where they need to.
@@ -43,7 +30,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := createGPUNodes(context.Background(), env.Client, 4); err != nil {
+	if err := testutil.CreateGPUNodes(context.Background(), env.Client, 4); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		_ = env.Stop()
 		os.Exit(1)
@@ -59,186 +46,4 @@ func needEnv(t *testing.T) client.Client {
 		t.Skip("needs a real kube-apiserver; skipped with -short")
 	}
 	return env.Client
-}
-
-// createGPUNodes registers n Ready nodes with 8 H100s each, as the device
-// plugin and GFD would describe them.
-func createGPUNodes(ctx context.Context, c client.Client, n int) error {
-	for i := range n {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name:   fmt.Sprintf("h100-%d", i),
-			Labels: map[string]string{"nvidia.com/gpu.product": h100, "nvidia.com/gpu.memory": "81559"},
-		}}
-		if err := c.Create(ctx, node); err != nil {
-			return err
-		}
-		node.Status = corev1.NodeStatus{
-			Capacity:    corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("200"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")},
-			Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("200"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")},
-			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-		}
-		if err := c.Status().Update(ctx, node); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-type managerOpts struct {
-	leaderElect bool
-	traffic     *testutil.Traffic
-}
-
-// runningManager is an operator started by a test.
-type runningManager struct {
-	traffic *testutil.Traffic
-	elected <-chan struct{}
-	stop    func()
-}
-
-// startManager starts an operator against env; it is stopped at cleanup.
-func startManager(t *testing.T, o managerOpts) *runningManager {
-	t.Helper()
-	if o.traffic == nil {
-		o.traffic = testutil.NewTraffic()
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(o.traffic.Wrap)
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := manager.New(ctx, cfg, manager.Options{
-		MetricsBindAddress:      "0",
-		HealthProbeBindAddress:  "0",
-		Metrics:                 metrics.NewClusters(prometheus.NewRegistry()),
-		SkipNameValidation:      true,
-		LeaderElect:             o.leaderElect,
-		LeaderElectionNamespace: "default",
-		LeaseDuration:           3 * time.Second,
-		RenewDeadline:           2 * time.Second,
-		RetryPeriod:             250 * time.Millisecond,
-	})
-	if err != nil {
-		cancel()
-		t.Fatalf("manager: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("manager stopped with %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return &runningManager{traffic: o.traffic, elected: mgr.Elected(), stop: stop}
-}
-
-var nsCounter atomic.Int32
-
-func newNamespace(t *testing.T, c client.Client) string {
-	t.Helper()
-	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatalf("namespace: %v", err)
-	}
-	return name
-}
-
-func podTemplate(name string, requests corev1.ResourceList) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
-		Name: name, Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: requests},
-	}}}}
-}
-
-// newCluster is a head plus one worker group of n pods with gpus GPUs each.
-func newCluster(ns, name string, n, gpus int32) *gpulabv1alpha1.GPUCluster {
-	return &gpulabv1alpha1.GPUCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: gpulabv1alpha1.GPUClusterSpec{
-			Head: gpulabv1alpha1.HeadSpec{Template: podTemplate("head", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})},
-			WorkerGroups: []gpulabv1alpha1.WorkerGroupSpec{{
-				Name: "workers", Replicas: n, GPUs: &gpulabv1alpha1.GPURequest{PerPod: &gpus},
-				Template: podTemplate("worker", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}),
-			}},
-		},
-	}
-}
-
-// eventually polls cond every 100 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func listPods(t *testing.T, c client.Client, ns string) []corev1.Pod {
-	t.Helper()
-	var pods corev1.PodList
-	if err := c.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	return pods.Items
-}
-
-func getCluster(t *testing.T, c client.Client, ns, name string) *gpulabv1alpha1.GPUCluster {
-	t.Helper()
-	gc := &gpulabv1alpha1.GPUCluster{}
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, gc); err != nil {
-		t.Fatal(err)
-	}
-	return gc
-}
-
-// playKubelet does what the scheduler and kubelet would: binds unbound
-// pods round-robin to the GPU nodes, marks them Running and Ready, and
-// finishes pending deletions. It returns how many pods are Running.
-func playKubelet(t *testing.T, c client.Client, ns string) int {
-	t.Helper()
-	ctx := context.Background()
-	running := 0
-	for i, p := range listPods(t, c, ns) {
-		pod := p
-		if !pod.DeletionTimestamp.IsZero() {
-			_ = c.Delete(ctx, &pod, client.GracePeriodSeconds(0))
-			continue
-		}
-		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-			continue
-		}
-		if pod.Spec.NodeName == "" {
-			binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns},
-				Target: corev1.ObjectReference{Kind: "Node", Name: fmt.Sprintf("h100-%d", i%4)}}
-			if err := c.SubResource("binding").Create(ctx, &pod, binding); err != nil {
-				continue
-			}
-		}
-		if pod.Status.Phase != corev1.PodRunning {
-			if err := c.Get(ctx, client.ObjectKeyFromObject(&pod), &pod); err != nil {
-				continue
-			}
-			now := metav1.Now()
-			pod.Status.Phase = corev1.PodRunning
-			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-			if err := c.Status().Update(ctx, &pod); err != nil {
-				continue
-			}
-		}
-		running++
-	}
-	return running
 }

@@ -12,6 +12,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -35,31 +36,31 @@ func TestWithoutVolcano(t *testing.T) {
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	ns := newNamespace(t, c)
-	gang := newCluster(ns, "gang", 1, 1)
+	ns := testutil.NewNamespace(t, c)
+	gang := testutil.NewCluster(ns, "gang", 1, 1)
 	gang.Spec.WorkerGroups[0].GPUs = nil
 	if err := c.Create(ctx, gang); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "VolcanoNotInstalled", func() (bool, string) {
-		got := getCluster(t, c, ns, "gang")
+	testutil.Eventually(t, waitTimeout, "VolcanoNotInstalled", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "gang")
 		cond := meta.FindStatusCondition(got.Status.Conditions, gpulabv1alpha1.ConditionGangScheduled)
 		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonVolcanoNotInstalled && got.Status.Phase == gpulabv1alpha1.ClusterFailed,
 			fmt.Sprintf("phase %s, %+v", got.Status.Phase, cond)
 	})
-	if n := len(listPods(t, c, ns)); n != 0 {
+	if n := len(testutil.ListPods(t, c, ns)); n != 0 {
 		t.Errorf("%d pods created without a gang", n)
 	}
 
-	plain := newCluster(ns, "plain", 2, 1)
+	plain := testutil.NewCluster(ns, "plain", 2, 1)
 	plain.Spec.WorkerGroups[0].GPUs = nil
 	plain.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
 	if err := c.Create(ctx, plain); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "default-scheduler pods", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "default-scheduler pods", func() (bool, string) {
 		var n int
-		for _, p := range listPods(t, c, ns) {
+		for _, p := range testutil.ListPods(t, c, ns) {
 			if p.Labels[gpulabv1alpha1.ClusterLabel] == "plain" {
 				n++
 				if p.Spec.SchedulerName == "volcano" || p.Annotations["scheduling.k8s.io/group-name"] != "" {

@@ -1,0 +1,140 @@
+package gpujob
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// clusterName is the cluster of an attempt: <job>-<attempt>.
+func clusterName(job string, attempt int32) string { return fmt.Sprintf("%s-%d", job, attempt) }
+
+// ensureCluster makes sure the attempt has a cluster and says whether it is
+// Ready. A new cluster's name goes into status (written by the caller)
+// before the create, so the create of a restarted operator finds it.
+func (r *Reconciler) ensureCluster(ctx context.Context, s *scope) (bool, error) {
+	st := &s.job.Status
+	if st.Attempts == 0 {
+		st.Attempts = 1
+	}
+	if !s.ownsCluster() {
+		st.ClusterName = s.job.Spec.ClusterRef.Name
+	} else if st.ClusterName == "" {
+		st.ClusterName = clusterName(s.job.Name, st.Attempts)
+		st.Phase = gpulabv1alpha1.JobProvisioning
+		return false, r.recordThenCreate(ctx, s)
+	}
+	gc := &gpulabv1alpha1.GPUCluster{}
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: st.ClusterName}, gc)
+	switch {
+	case apierrors.IsNotFound(err) && s.ownsCluster():
+		return false, r.createCluster(ctx, s)
+	case apierrors.IsNotFound(err):
+		st.Phase = gpulabv1alpha1.JobProvisioning
+		setCondition(s, gpulabv1alpha1.ConditionReady, false, "ClusterNotFound", fmt.Sprintf("GPUCluster %s does not exist", st.ClusterName))
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if gc.Status.Phase != gpulabv1alpha1.ClusterReady || gc.Status.ObservedGeneration != gc.Generation {
+		if st.Phase == gpulabv1alpha1.JobPending || st.Phase == "" {
+			st.Phase = gpulabv1alpha1.JobProvisioning
+		}
+		setCondition(s, gpulabv1alpha1.ConditionReady, false, "ClusterNotReady", fmt.Sprintf("GPUCluster %s is %s", gc.Name, gc.Status.Phase))
+		return false, nil
+	}
+	if st.ClusterReadyTime == nil {
+		t := metav1.NewTime(s.now)
+		st.ClusterReadyTime = &t
+	}
+	setCondition(s, gpulabv1alpha1.ConditionReady, true, "ClusterReady", fmt.Sprintf("GPUCluster %s is Ready", gc.Name))
+	return true, nil
+}
+
+// recordThenCreate writes status now, so the name is durable before any
+// create, then creates the cluster.
+func (r *Reconciler) recordThenCreate(ctx context.Context, s *scope) error {
+	if err := r.writeStatus(ctx, s); err != nil {
+		return err
+	}
+	s.old = s.job.Status.DeepCopy()
+	return r.createCluster(ctx, s)
+}
+
+func (r *Reconciler) createCluster(ctx context.Context, s *scope) error {
+	gc := &gpulabv1alpha1.GPUCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: s.job.Status.ClusterName,
+			Labels: map[string]string{JobLabel: s.job.Name}},
+		Spec: *s.job.Spec.ClusterTemplate.DeepCopy(),
+	}
+	if err := controllerutil.SetControllerReference(s.job, gc, r.scheme); err != nil {
+		return err
+	}
+	if err := r.client.Create(ctx, gc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating GPUCluster %s: %w", gc.Name, err)
+	}
+	r.events.Eventf(s.job, gc, "Normal", "CreatedCluster", "CreateCluster", "Created GPUCluster %s (attempt %d)", gc.Name, s.job.Status.Attempts)
+	return nil
+}
+
+// setClusterSuspend suspends or resumes the job's own cluster, which
+// deletes its pods and releases its gang (or recreates them).
+func (r *Reconciler) setClusterSuspend(ctx context.Context, s *scope, suspend bool) error {
+	if !s.ownsCluster() || s.job.Status.ClusterName == "" {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		gc := &gpulabv1alpha1.GPUCluster{}
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: s.job.Status.ClusterName}, gc); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if gc.Spec.Suspend == suspend {
+			return nil
+		}
+		gc.Spec.Suspend = suspend
+		return r.client.Update(ctx, gc)
+	})
+}
+
+// deleteCluster deletes the job's own cluster (never a referenced one).
+func (r *Reconciler) deleteCluster(ctx context.Context, s *scope, name string) error {
+	if !s.ownsCluster() || name == "" {
+		return nil
+	}
+	gc := &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: name}}
+	if err := r.client.Delete(ctx, gc, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting GPUCluster %s: %w", name, err)
+	}
+	return nil
+}
+
+// suspend stops the run: the submitter goes, the cluster is suspended.
+func (r *Reconciler) suspend(ctx context.Context, s *scope) error {
+	if err := r.deleteSubmitter(ctx, s); err != nil {
+		return err
+	}
+	if err := r.setClusterSuspend(ctx, s, true); err != nil {
+		return err
+	}
+	s.job.Status.Phase = gpulabv1alpha1.JobSuspended
+	s.job.Status.SubmitterName, s.job.Status.SubmitTime, s.job.Status.ClusterReadyTime = "", nil, nil
+	setCondition(s, gpulabv1alpha1.ConditionSuspended, true, gpulabv1alpha1.ReasonSuspendRequested, "spec.suspend is true: submitter deleted, cluster suspended")
+	return nil
+}
+
+func setCondition(s *scope, typ string, ok bool, reason, msg string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.job.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: s.job.Generation, LastTransitionTime: metav1.NewTime(s.now)})
+}

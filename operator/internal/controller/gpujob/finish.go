@@ -1,0 +1,89 @@
+package gpujob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// finish records the verdict and applies the cleanup policy, which is what
+// releases the gang: deleting or suspending the cluster removes its
+// PodGroup, so the next job can use the queue's resources at once.
+func (r *Reconciler) finish(ctx context.Context, s *scope, phase gpulabv1alpha1.JobPhase, reason, msg string) error {
+	st := &s.job.Status
+	st.Phase = phase
+	t := metav1.NewTime(s.now)
+	st.CompletionTime = &t
+	if st.StartTime != nil {
+		st.Duration = s.now.Sub(st.StartTime.Time).Round(time.Second).String()
+		r.metrics.ObserveDuration(string(phase), s.now.Sub(st.StartTime.Time))
+	}
+	if phase == gpulabv1alpha1.JobSucceeded {
+		setCondition(s, gpulabv1alpha1.ConditionComplete, true, reason, msg)
+	} else {
+		setCondition(s, gpulabv1alpha1.ConditionFailed, true, reason, msg)
+	}
+	eventType := corev1.EventTypeNormal
+	if phase == gpulabv1alpha1.JobFailed {
+		eventType = corev1.EventTypeWarning
+	}
+	r.events.Eventf(s.job, nil, eventType, reason, "Finish", "%s", msg)
+	var errs []error
+	if reason == gpulabv1alpha1.ReasonDeadlineExceeded {
+		// Past the deadline everything stops, whatever the policy keeps.
+		errs = append(errs, r.deleteSubmitter(ctx, s))
+	}
+	switch policy := s.cleanupPolicy(); {
+	case policy == gpulabv1alpha1.CleanupDeleteCluster:
+		errs = append(errs, r.deleteCluster(ctx, s, st.ClusterName))
+	case policy == gpulabv1alpha1.CleanupSuspendCluster || reason == gpulabv1alpha1.ReasonDeadlineExceeded:
+		errs = append(errs, r.setClusterSuspend(ctx, s, true))
+	}
+	return errors.Join(errs...)
+}
+
+// finishedStep handles a finished job: only ttlSecondsAfterFinished is left.
+func (r *Reconciler) finishedStep(ctx context.Context, s *scope) (ctrl.Result, error) {
+	ttl := s.job.Spec.TTLSecondsAfterFinished
+	if ttl == nil || s.job.Status.CompletionTime == nil {
+		return ctrl.Result{}, nil
+	}
+	expiry := s.job.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
+	if s.now.Before(expiry) {
+		s.requeueBy(expiry)
+		return s.result(), nil
+	}
+	err := r.client.Delete(ctx, s.job, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("deleting expired GPUJob: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// writeStatus writes status if it changed since it was read, re-reading on
+// a conflict and failing the reconcile if someone else moved it on (the
+// next reconcile starts from what is there).
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
+	s.job.Status.ObservedGeneration = s.job.Generation
+	if equality.Semantic.DeepEqual(*s.old, s.job.Status) {
+		return nil
+	}
+	if err := r.client.Status().Update(ctx, s.job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("writing GPUJob status: %w", err)
+	}
+	s.old = s.job.Status.DeepCopy()
+	return nil
+}

@@ -1,0 +1,161 @@
+package gpujob
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// Environment of the submitter's containers.
+const (
+	EnvClusterName = "GPULAB_CLUSTER_NAME"
+	EnvHeadAddress = "GPULAB_HEAD_ADDRESS"
+	EnvClusterPods = "GPULAB_CLUSTER_PODS"
+	EnvAttempt     = "GPULAB_ATTEMPT"
+)
+
+func submitterName(job string, attempt int32) string {
+	return fmt.Sprintf("%s-submit-%d", job, attempt)
+}
+
+// ensureSubmitter runs the attempt's submitter on the Ready cluster and says
+// whether the job has reached a verdict (finished or moved to a retry).
+func (r *Reconciler) ensureSubmitter(ctx context.Context, s *scope) (bool, error) {
+	st := &s.job.Status
+	if st.SubmitterName == "" {
+		st.SubmitterName = submitterName(s.job.Name, st.Attempts)
+		if err := r.writeStatus(ctx, s); err != nil {
+			return false, err
+		}
+		s.old = st.DeepCopy()
+	}
+	sub := &batchv1.Job{}
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: st.SubmitterName}, sub)
+	if apierrors.IsNotFound(err) {
+		return false, r.createSubmitter(ctx, s)
+	}
+	if err != nil {
+		return false, err
+	}
+	st.Phase = gpulabv1alpha1.JobRunning
+	switch {
+	case jobCondition(sub, batchv1.JobComplete):
+		return true, r.finish(ctx, s, gpulabv1alpha1.JobSucceeded, "SubmitterSucceeded", fmt.Sprintf("submitter %s completed", sub.Name))
+	case jobCondition(sub, batchv1.JobFailed):
+		return true, r.attemptFailed(ctx, s, sub)
+	}
+	return false, nil
+}
+
+func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// createSubmitter renders the submitter Job: the user's pod template with
+// the cluster's coordinates in its environment, never retried by the Job
+// controller (retries are whole-job, here), and placed by the default
+// scheduler, outside the gang, so the gang never waits for it.
+func (r *Reconciler) createSubmitter(ctx context.Context, s *scope) error {
+	st := &s.job.Status
+	pods, err := r.clusterPods(ctx, s)
+	if err != nil {
+		return err
+	}
+	tmpl := s.job.Spec.Submitter.DeepCopy()
+	if tmpl.Spec.RestartPolicy == "" || tmpl.Spec.RestartPolicy == corev1.RestartPolicyAlways {
+		tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	if tmpl.Labels == nil {
+		tmpl.Labels = map[string]string{}
+	}
+	tmpl.Labels[JobLabel] = s.job.Name
+	env := []corev1.EnvVar{
+		{Name: EnvClusterName, Value: st.ClusterName},
+		{Name: EnvHeadAddress, Value: fmt.Sprintf("%s-head.%s.svc", st.ClusterName, s.job.Namespace)},
+		{Name: EnvClusterPods, Value: strings.Join(pods, ",")},
+		{Name: EnvAttempt, Value: fmt.Sprint(st.Attempts)},
+	}
+	for i := range tmpl.Spec.Containers {
+		tmpl.Spec.Containers[i].Env = append(tmpl.Spec.Containers[i].Env, env...)
+	}
+	sub := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: st.SubmitterName, Labels: map[string]string{JobLabel: s.job.Name}},
+		Spec:       batchv1.JobSpec{BackoffLimit: new(int32(0)), Template: *tmpl},
+	}
+	if err := controllerutil.SetControllerReference(s.job, sub, r.scheme); err != nil {
+		return err
+	}
+	if err := r.client.Create(ctx, sub); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating submitter %s: %w", sub.Name, err)
+	}
+	t := metav1.NewTime(s.now)
+	st.SubmitTime = &t
+	st.Phase = gpulabv1alpha1.JobRunning
+	r.metrics.ObserveTimeToStart(s.now.Sub(s.job.CreationTimestamp.Time))
+	r.events.Eventf(s.job, sub, corev1.EventTypeNormal, "CreatedSubmitter", "CreateSubmitter", "Created submitter %s on GPUCluster %s", sub.Name, st.ClusterName)
+	return nil
+}
+
+// clusterPods lists the cluster's pod names, sorted, for the submitter.
+func (r *Reconciler) clusterPods(ctx context.Context, s *scope) ([]string, error) {
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(s.job.Namespace),
+		client.MatchingLabels{gpulabv1alpha1.ClusterLabel: s.job.Status.ClusterName}); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(pods.Items))
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// attemptFailed counts a failed run and either fails the job or starts the
+// next attempt (a fresh cluster with RetryNewCluster).
+func (r *Reconciler) attemptFailed(ctx context.Context, s *scope, sub *batchv1.Job) error {
+	st := &s.job.Status
+	st.Failures++
+	if st.Failures > s.backoffLimit() {
+		return r.finish(ctx, s, gpulabv1alpha1.JobFailed, gpulabv1alpha1.ReasonBackoffLimitExceeded,
+			fmt.Sprintf("submitter %s failed; %d failures exceed backoffLimit %d", sub.Name, st.Failures, s.backoffLimit()))
+	}
+	r.events.Eventf(s.job, sub, corev1.EventTypeWarning, "AttemptFailed", "Retry", "Attempt %d failed (submitter %s); retrying", st.Attempts, sub.Name)
+	old := st.ClusterName
+	st.Attempts++
+	st.SubmitterName, st.SubmitTime, st.ClusterReadyTime = "", nil, nil
+	st.Phase = gpulabv1alpha1.JobProvisioning
+	if s.retryPolicy() == gpulabv1alpha1.RetryNewCluster {
+		st.ClusterName = ""
+		// The failed attempt's cluster goes: its gang is released at once.
+		return r.deleteCluster(ctx, s, old)
+	}
+	return nil
+}
+
+// deleteSubmitter deletes the current submitter and its pods.
+func (r *Reconciler) deleteSubmitter(ctx context.Context, s *scope) error {
+	if s.job.Status.SubmitterName == "" {
+		return nil
+	}
+	sub := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: s.job.Status.SubmitterName}}
+	if err := r.client.Delete(ctx, sub, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting submitter %s: %w", sub.Name, err)
+	}
+	return nil
+}
