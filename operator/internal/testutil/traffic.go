@@ -17,6 +17,9 @@ type Traffic struct {
 	status map[int]int    // response codes of GPUCluster status writes
 	// FailStatusWrites makes every status write fail with a 500.
 	FailStatusWrites atomic.Bool
+	// FailRequest, when set, fails every request it returns true for with a
+	// 500, before the request reaches the API server.
+	FailRequest func(*http.Request) bool
 	// BeforeStatusWrite runs once before the first status write is sent.
 	BeforeStatusWrite func()
 	hookOnce          sync.Once
@@ -34,11 +37,13 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // Wrap counts requests through next; use it with rest.Config.Wrap.
 func (a *Traffic) Wrap(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if a.FailRequest != nil && a.FailRequest(r) {
+			return injectedFault(r), nil
+		}
 		isStatus := r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/status") && strings.Contains(r.URL.Path, "/gpuclusters/")
 		if isStatus {
 			if a.FailStatusWrites.Load() {
-				return &http.Response{StatusCode: http.StatusInternalServerError, Body: io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","code":500}`)),
-					Header: http.Header{"Content-Type": []string{"application/json"}}, Request: r}, nil
+				return injectedFault(r), nil
 			}
 			if a.BeforeStatusWrite != nil {
 				a.hookOnce.Do(a.BeforeStatusWrite)
@@ -105,4 +110,11 @@ func (a *Traffic) StatusCodes() map[int]int {
 		out[k] = v
 	}
 	return out
+}
+
+// injectedFault is the API server error a faulty request gets.
+func injectedFault(r *http.Request) *http.Response {
+	return &http.Response{StatusCode: http.StatusInternalServerError,
+		Body:   io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected fault","code":500}`)),
+		Header: http.Header{"Content-Type": []string{"application/json"}}, Request: r}
 }

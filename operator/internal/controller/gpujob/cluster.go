@@ -70,6 +70,9 @@ func (r *Reconciler) recordThenCreate(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) createCluster(ctx context.Context, s *scope) error {
+	if err := r.confirmCurrent(ctx, s); err != nil {
+		return err
+	}
 	gc := &gpulabv1alpha1.GPUCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: s.job.Status.ClusterName,
 			Labels: map[string]string{JobLabel: s.job.Name}},

@@ -11,6 +11,7 @@ package gpujob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -122,6 +123,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	s := &scope{job: job, old: job.Status.DeepCopy(), now: r.now()}
 	result, err := r.step(ctx, s)
+	if errors.Is(err, errStale) {
+		// Nothing was done; start over from a fresher copy.
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
 	if werr := r.writeStatus(ctx, s); werr != nil {
 		return ctrl.Result{}, werr
 	}

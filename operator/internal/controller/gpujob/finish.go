@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,5 +86,38 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
 		return fmt.Errorf("writing GPUJob status: %w", err)
 	}
 	s.old = s.job.Status.DeepCopy()
+	r.awaitCache(ctx, s.job)
 	return nil
+}
+
+// errStale aborts a reconcile that acted on an outdated copy of the job.
+var errStale = errors.New("the cached GPUJob is behind the API server; retrying")
+
+// confirmCurrent checks, with a read from the API server, that the job is
+// as this reconcile saw it, before a create that must happen once. A stale
+// cache (our own status write not seen yet) would otherwise recreate a
+// cluster the job already finished with.
+func (r *Reconciler) confirmCurrent(ctx context.Context, s *scope) error {
+	fresh := &gpulabv1alpha1.GPUJob{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(s.job), fresh); err != nil {
+		return err
+	}
+	if fresh.ResourceVersion != s.job.ResourceVersion {
+		return errStale
+	}
+	return nil
+}
+
+// awaitCache waits (briefly) until the cache holds the job as just written,
+// so the next reconcile starts from it.
+func (r *Reconciler) awaitCache(ctx context.Context, written *gpulabv1alpha1.GPUJob) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		cached := &gpulabv1alpha1.GPUJob{}
+		if err := r.client.Get(ctx, client.ObjectKeyFromObject(written), cached); err != nil {
+			return false, nil
+		}
+		return cached.ResourceVersion == written.ResourceVersion, nil
+	})
 }

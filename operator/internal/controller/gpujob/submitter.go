@@ -71,6 +71,9 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {
 // controller (retries are whole-job, here), and placed by the default
 // scheduler, outside the gang, so the gang never waits for it.
 func (r *Reconciler) createSubmitter(ctx context.Context, s *scope) error {
+	if err := r.confirmCurrent(ctx, s); err != nil {
+		return err
+	}
 	st := &s.job.Status
 	pods, err := r.clusterPods(ctx, s)
 	if err != nil {

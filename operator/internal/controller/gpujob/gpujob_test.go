@@ -1,0 +1,301 @@
+package gpujob_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
+	"github.com/gpulab/gpulab/testbeds/envtest"
+)
+
+const timeout = 30 * time.Second
+
+// env is a real API server; tests play the kubelet for cluster pods and
+// the Job controller for submitters (envtest runs neither).
+var env *envtest.Environment
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	var err error
+	if env, err = envtest.Start(context.Background(), envtest.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := testutil.CreateGPUNodes(context.Background(), env.Client, 4); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		_ = env.Stop()
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+func setup(t *testing.T, traffic *testutil.Traffic) (client.Client, string) {
+	t.Helper()
+	if env == nil {
+		t.Skip("needs a real kube-apiserver; skipped with -short")
+	}
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{Traffic: traffic})
+	return env.Client, testutil.NewNamespace(t, env.Client)
+}
+
+func newJob(ns, name string) *gpulabv1alpha1.GPUJob {
+	return &gpulabv1alpha1.GPUJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: gpulabv1alpha1.GPUJobSpec{
+			ClusterTemplate: &testutil.NewCluster(ns, "unused", 1, 1).Spec,
+			Submitter:       testutil.PodTemplate("submit", nil),
+		},
+	}
+}
+
+func getJob(t *testing.T, c client.Client, ns, name string) *gpulabv1alpha1.GPUJob {
+	t.Helper()
+	j := &gpulabv1alpha1.GPUJob{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// waitSubmitter plays the kubelet until the job's submitter exists, and
+// returns it.
+func waitSubmitter(t *testing.T, c client.Client, ns, name string) *batchv1.Job {
+	t.Helper()
+	sub := &batchv1.Job{}
+	testutil.Eventually(t, timeout, "submitter "+name, func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, sub)
+		return err == nil, fmt.Sprint(err)
+	})
+	return sub
+}
+
+// finishSubmitter plays the Job controller: the submitter succeeds or fails.
+func finishSubmitter(t *testing.T, c client.Client, sub *batchv1.Job, succeed bool) {
+	t.Helper()
+	now := metav1.Now()
+	sub.Status.StartTime = &now
+	if succeed {
+		sub.Status.Succeeded = 1
+		sub.Status.CompletionTime = &now
+		sub.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+	} else {
+		sub.Status.Failed = 1
+		sub.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now},
+		}
+	}
+	if err := c.Status().Update(context.Background(), sub); err != nil {
+		t.Fatalf("finishing submitter %s: %v", sub.Name, err)
+	}
+}
+
+func waitPhase(t *testing.T, c client.Client, ns, name string, phase gpulabv1alpha1.JobPhase) *gpulabv1alpha1.GPUJob {
+	t.Helper()
+	var j *gpulabv1alpha1.GPUJob
+	testutil.Eventually(t, timeout, fmt.Sprintf("job %s %s", name, phase), func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
+		j = getJob(t, c, ns, name)
+		return j.Status.Phase == phase, fmt.Sprintf("phase %q %+v", j.Status.Phase, j.Status.Conditions)
+	})
+	return j
+}
+
+func clusterGone(t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	testutil.Eventually(t, timeout, "cluster "+name+" deleted", func() (bool, string) {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &gpulabv1alpha1.GPUCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+func TestJobSucceeds(t *testing.T) {
+	c, ns := setup(t, nil)
+	if err := c.Create(context.Background(), newJob(ns, "ok")); err != nil {
+		t.Fatal(err)
+	}
+	sub := waitSubmitter(t, c, ns, "ok-submit-1")
+	env := map[string]string{}
+	for _, e := range sub.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["GPULAB_CLUSTER_NAME"] != "ok-1" || env["GPULAB_HEAD_ADDRESS"] != "ok-1-head."+ns+".svc" || !strings.Contains(env["GPULAB_CLUSTER_PODS"], "ok-1-workers-0") {
+		t.Errorf("submitter environment %v", env)
+	}
+	if sub.Spec.Template.Spec.SchedulerName == "volcano" || sub.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("submitter must stay outside the gang and never restart: %+v", sub.Spec.Template.Spec)
+	}
+	if j := getJob(t, c, ns, "ok"); j.Status.Phase != gpulabv1alpha1.JobRunning || j.Status.ClusterReadyTime == nil || j.Status.SubmitTime == nil {
+		t.Errorf("running job status %+v", j.Status)
+	}
+	finishSubmitter(t, c, sub, true)
+	j := waitPhase(t, c, ns, "ok", gpulabv1alpha1.JobSucceeded)
+	if j.Status.CompletionTime == nil || j.Status.Duration == "" || j.Status.Attempts != 1 || !meta.IsStatusConditionTrue(j.Status.Conditions, gpulabv1alpha1.ConditionComplete) {
+		t.Errorf("succeeded job status %+v", j.Status)
+	}
+	clusterGone(t, c, ns, "ok-1") // DeleteCluster by default: the gang is released
+}
+
+func TestJobRetriesThenFails(t *testing.T) {
+	c, ns := setup(t, nil)
+	j := newJob(ns, "flaky")
+	j.Spec.BackoffLimit = new(int32(1))
+	if err := c.Create(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "flaky-submit-1"), false)
+	clusterGone(t, c, ns, "flaky-1") // NewCluster: the failed attempt's cluster goes
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "flaky-submit-2"), false)
+	got := waitPhase(t, c, ns, "flaky", gpulabv1alpha1.JobFailed)
+	cond := meta.FindStatusCondition(got.Status.Conditions, gpulabv1alpha1.ConditionFailed)
+	if got.Status.Attempts != 2 || got.Status.Failures != 2 || cond == nil || cond.Reason != gpulabv1alpha1.ReasonBackoffLimitExceeded {
+		t.Errorf("status %+v", got.Status)
+	}
+	clusterGone(t, c, ns, "flaky-2")
+}
+
+func TestJobDeadline(t *testing.T) {
+	c, ns := setup(t, nil)
+	j := newJob(ns, "slow")
+	j.Spec.ActiveDeadlineSeconds = new(int64(2))
+	j.Spec.CleanupPolicy = gpulabv1alpha1.CleanupKeepCluster
+	// A cluster that can never fit never becomes Ready.
+	j.Spec.ClusterTemplate.WorkerGroups[0].Replicas = 100
+	if err := c.Create(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	var got *gpulabv1alpha1.GPUJob
+	testutil.Eventually(t, timeout, "deadline", func() (bool, string) {
+		got = getJob(t, c, ns, "slow")
+		return got.Status.Phase == gpulabv1alpha1.JobFailed, string(got.Status.Phase)
+	})
+	if cond := meta.FindStatusCondition(got.Status.Conditions, gpulabv1alpha1.ConditionFailed); cond == nil || cond.Reason != gpulabv1alpha1.ReasonDeadlineExceeded {
+		t.Errorf("conditions %+v", got.Status.Conditions)
+	}
+	// Everything stops past the deadline, even with KeepCluster.
+	testutil.Eventually(t, timeout, "cluster suspended", func() (bool, string) {
+		gc := testutil.GetCluster(t, c, ns, "slow-1")
+		return gc.Spec.Suspend, "not suspended"
+	})
+}
+
+func TestJobSuspendResume(t *testing.T) {
+	c, ns := setup(t, nil)
+	if err := c.Create(context.Background(), newJob(ns, "pause")); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitter(t, c, ns, "pause-submit-1")
+	setSuspend := func(v bool) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			j := getJob(t, c, ns, "pause")
+			j.Spec.Suspend = v
+			return c.Update(context.Background(), j)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setSuspend(true)
+	waitPhase(t, c, ns, "pause", gpulabv1alpha1.JobSuspended)
+	testutil.Eventually(t, timeout, "submitter deleted and cluster suspended", func() (bool, string) {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "pause-submit-1"}, &batchv1.Job{})
+		gc := testutil.GetCluster(t, c, ns, "pause-1")
+		return apierrors.IsNotFound(err) && gc.Spec.Suspend, fmt.Sprintf("submitter: %v, cluster suspend %v", err, gc.Spec.Suspend)
+	})
+	setSuspend(false)
+	testutil.Eventually(t, timeout, "resumed", func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
+		gc := testutil.GetCluster(t, c, ns, "pause-1")
+		j := getJob(t, c, ns, "pause")
+		return !gc.Spec.Suspend && j.Status.Phase == gpulabv1alpha1.JobRunning, fmt.Sprintf("cluster suspend %v, job %s", gc.Spec.Suspend, j.Status.Phase)
+	})
+}
+
+func TestCleanupPoliciesAndTTL(t *testing.T) {
+	c, ns := setup(t, nil)
+	keep := newJob(ns, "keep")
+	keep.Spec.CleanupPolicy = gpulabv1alpha1.CleanupKeepCluster
+	suspend := newJob(ns, "nap")
+	suspend.Spec.CleanupPolicy = gpulabv1alpha1.CleanupSuspendCluster
+	ttl := newJob(ns, "brief")
+	ttl.Spec.TTLSecondsAfterFinished = new(int32(1))
+	for _, j := range []*gpulabv1alpha1.GPUJob{keep, suspend, ttl} {
+		if err := c.Create(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		finishSubmitter(t, c, waitSubmitter(t, c, ns, j.Name+"-submit-1"), true)
+		waitPhase(t, c, ns, j.Name, gpulabv1alpha1.JobSucceeded)
+	}
+	if gc := testutil.GetCluster(t, c, ns, "keep-1"); gc.Spec.Suspend {
+		t.Errorf("KeepCluster suspended the cluster")
+	}
+	testutil.Eventually(t, timeout, "SuspendCluster", func() (bool, string) {
+		return testutil.GetCluster(t, c, ns, "nap-1").Spec.Suspend, "not suspended"
+	})
+	testutil.Eventually(t, timeout, "TTL deletes the job", func() (bool, string) {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "brief"}, &gpulabv1alpha1.GPUJob{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// TestRestartAfterRecordingBeforeCreating: the first operator records the
+// cluster's name but every create fails, then it dies; the second creates
+// exactly that cluster, once, and the job runs to the end.
+func TestRestartAfterRecordingBeforeCreating(t *testing.T) {
+	if env == nil {
+		t.Skip("needs a real kube-apiserver; skipped with -short")
+	}
+	broken := testutil.NewTraffic()
+	broken.FailRequest = func(r *http.Request) bool {
+		return r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/gpuclusters") || strings.HasSuffix(r.URL.Path, "/jobs"))
+	}
+	first := testutil.StartManager(t, env.Config, testutil.ManagerOptions{Traffic: broken})
+	c, ns := env.Client, testutil.NewNamespace(t, env.Client)
+	if err := c.Create(context.Background(), newJob(ns, "crash")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, "cluster name recorded", func() (bool, string) {
+		j := getJob(t, c, ns, "crash")
+		return j.Status.ClusterName == "crash-1", j.Status.ClusterName
+	})
+	first.Stop()
+	var list gpulabv1alpha1.GPUClusterList
+	if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil || len(list.Items) != 0 {
+		t.Fatalf("clusters before restart: %d (%v)", len(list.Items), err)
+	}
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "crash-submit-1"), true)
+	waitPhase(t, c, ns, "crash", gpulabv1alpha1.JobSucceeded)
+	if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, gc := range list.Items {
+		if gc.Name != "crash-1" {
+			t.Errorf("unexpected cluster %s", gc.Name)
+		}
+	}
+}
