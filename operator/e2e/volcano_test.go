@@ -100,6 +100,7 @@ func TestOperatorOnVolcano(t *testing.T) {
 		}
 		writes := diff(traffic.Snapshot(), writesBefore)
 		t.Logf("to Ready: %d reconciles; API writes %v; status codes %v", reconciles(t)-before, writes, traffic.StatusCodes())
+		deleteCluster(t, c, ns, "llm")
 	})
 
 	t.Run("suspend frees the queue for a waiting gang, resume recreates", func(t *testing.T) {
@@ -131,6 +132,43 @@ func TestOperatorOnVolcano(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitPhase(t, c, ns, "first", gpulabv1alpha1.ClusterReady)
+		deleteCluster(t, c, ns, "first")
+	})
+
+	t.Run("GPUJobs on a queue that fits one gang run back to back", func(t *testing.T) {
+		ns := namespace(t, c, "jobs")
+		queue := &schedulingv1beta1.Queue{
+			ObjectMeta: metav1.ObjectMeta{Name: "one-gang"},
+			Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),
+				Capability: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("16")}},
+		}
+		if err := c.Create(ctx, queue); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "queue Open", func() (bool, string) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(queue), queue)
+			return err == nil && queue.Status.State == schedulingv1beta1.QueueStateOpen, string(queue.Status.State)
+		})
+		for _, name := range []string{"first", "second"} {
+			if err := c.Create(ctx, gpuJob(ns, name, "one-gang", false)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first := waitJob(t, c, ns, "first", gpulabv1alpha1.JobSucceeded)
+		second := waitJob(t, c, ns, "second", gpulabv1alpha1.JobSucceeded)
+		if second.Status.ClusterReadyTime == nil || first.Status.CompletionTime == nil || second.Status.ClusterReadyTime.Before(first.Status.CompletionTime) {
+			t.Fatalf("the second gang was Ready (%v) before the first job finished (%v): the queue fits one gang", second.Status.ClusterReadyTime, first.Status.CompletionTime)
+		}
+		t.Logf("first job finished → second gang Ready: %s", second.Status.ClusterReadyTime.Sub(first.Status.CompletionTime.Time))
+		waitGone(t, c, &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: first.Status.ClusterName}})
+
+		if err := c.Create(ctx, gpuJob(ns, "failing", "default", true)); err != nil {
+			t.Fatal(err)
+		}
+		failed := waitJob(t, c, ns, "failing", gpulabv1alpha1.JobFailed)
+		if failed.Status.Attempts != 2 || failed.Status.Failures != 2 {
+			t.Errorf("failing job: %d attempts, %d failures, want 2 and 2", failed.Status.Attempts, failed.Status.Failures)
+		}
 	})
 
 	t.Run("deleting a cluster removes its pods, Service and PodGroup", func(t *testing.T) {
@@ -149,6 +187,56 @@ func TestOperatorOnVolcano(t *testing.T) {
 			n := len(pods(t, c, ns))
 			return n == 0, fmt.Sprintf("%d pods left", n)
 		})
+	})
+}
+
+// gpuJob runs a submitter on its own cluster of 2 H100 workers (16 GPUs) in
+// queue; the submitter fails (kwok's gpulab-pod-fail stage) when fail is set,
+// and is retried once.
+func gpuJob(ns, name, queue string, fail bool) *gpulabv1alpha1.GPUJob {
+	spec := cluster(ns, name, 2, h100).Spec
+	if fail {
+		spec = cluster(ns, name, 1, "").Spec
+	}
+	spec.Scheduling.Queue = queue
+	submitter := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "submit", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if fail {
+		submitter.Labels["gpulab.io/simulate-result"] = "fail"
+	}
+	return &gpulabv1alpha1.GPUJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       gpulabv1alpha1.GPUJobSpec{ClusterTemplate: &spec, Submitter: submitter, BackoffLimit: new(int32(1))},
+	}
+}
+
+func waitJob(t *testing.T, c client.Client, ns, name string, phase gpulabv1alpha1.JobPhase) *gpulabv1alpha1.GPUJob {
+	t.Helper()
+	j := &gpulabv1alpha1.GPUJob{}
+	poll(t, fmt.Sprintf("GPUJob %s %s", name, phase), func() (bool, string) {
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, j); err != nil {
+			return false, err.Error()
+		}
+		return j.Status.Phase == phase, fmt.Sprintf("phase %q, %+v", j.Status.Phase, j.Status.Conditions)
+	})
+	return j
+}
+
+func deleteCluster(t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	if err := c.Delete(t.Context(), &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "pods of "+name+" gone", func() (bool, string) {
+		n := 0
+		for _, p := range pods(t, c, ns) {
+			if p.Labels[gpulabv1alpha1.ClusterLabel] == name {
+				n++
+			}
+		}
+		return n == 0, fmt.Sprintf("%d pods left", n)
 	})
 }
 

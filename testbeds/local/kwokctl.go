@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/local/stages"
 )
 
 // kwokPodCIDR keeps fake pod IPs apart from the API server's default service
@@ -49,12 +50,12 @@ type kwokExtraArg struct {
 }
 
 // kwokStages are the kwok Stage files the testbed loads from kwok's module:
-// nodes become Ready at once, pods become Ready, Job pods complete, deleted
-// pods go away.
+// nodes become Ready at once, pods become Ready, deleted pods go away. A
+// Job's pods finish through gpulab's own stages (package stages), which let
+// a test choose success or failure.
 var kwokStages = []string{
 	"kustomize/stage/node/fast/node-initialize.yaml",
 	"kustomize/stage/pod/fast/pod-ready.yaml",
-	"kustomize/stage/pod/fast/pod-complete.yaml",
 	"kustomize/stage/pod/fast/pod-delete.yaml",
 }
 
@@ -104,6 +105,10 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 		}
 		out.WriteString("---\n")
 		out.Write(bytes.TrimPrefix(data, []byte("---\n")))
+	}
+	for _, data := range [][]byte{stages.PodSucceed, stages.PodFail} {
+		out.WriteString("---\n")
+		out.Write(data)
 	}
 	return out.Bytes(), nil
 }

@@ -50,7 +50,8 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"--leader-elect=false",
 		"value: " + kwokPodCIDR,
 		"name: node-initialize.yaml",
-		"name: pod-complete.yaml",
+		"name: gpulab-pod-succeed",
+		"name: gpulab-pod-fail",
 		"binary: /c/gpulab-agent",
 		"--simulate-testbed-nodes",
 	} {
