@@ -15,6 +15,11 @@ import (
 	"github.com/gpulab/gpulab/conformance/measure"
 )
 
+// ReconcileConcurrency is the operator's --reconcile-concurrency in the
+// local profile: reconciles wait on the API server, not the CPU, so more
+// workers than the default 4 keep a burst of clusters from queueing.
+const ReconcileConcurrency = 16
+
 // OperatorProcess is one gpulab-operator replica run as a local process,
 // so the suite can kill it like a crash would.
 type OperatorProcess struct {
@@ -55,6 +60,7 @@ func (o *OperatorProcess) Start(ctx context.Context) error {
 		"--metrics-secure=false",
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(o.probePort),
 		"--kube-api-qps=200", "--kube-api-burst=400",
+		"--reconcile-concurrency="+strconv.Itoa(ReconcileConcurrency),
 	)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
 	if err := o.cmd.Start(); err != nil {

@@ -177,6 +177,19 @@ func (e *Environment) Teardown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// AgentMetricsURL is the gpulab-agent's /metrics on the local testbed ("" on
+// other profiles, where a Prometheus URL must be given instead).
+func (e *Environment) AgentMetricsURL(ctx context.Context) string {
+	if e.testbed == nil {
+		return ""
+	}
+	s, err := e.testbed.Status(ctx)
+	if err != nil || s.Ports.AgentMetrics == 0 {
+		return ""
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d/metrics", s.Ports.AgentMetrics)
+}
+
 // Leader returns the operator replica that holds the lease (local only).
 func (e *Environment) Leader(ctx context.Context) (*OperatorProcess, error) {
 	deadline := time.Now().Add(time.Minute)

@@ -1,0 +1,144 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/measure"
+)
+
+// TestInventory: every GPU node has a GPUInventory that agrees with its
+// allocatable nvidia.com/gpu and GFD labels; an unhealthy GPU is reported;
+// every GPU has utilization and memory series (the KAR-0059 plan).
+func TestInventory(t *testing.T) {
+	const name = "inventory"
+	f := features.New(name).WithLabel("area", name).
+		Assess("every GPU node's inventory agrees with its allocatable and labels", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			c := cluster.Client
+			var nodes corev1.NodeList
+			if err := c.List(ctx, &nodes); err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			checked := 0
+			for _, n := range nodes.Items {
+				alloc := n.Status.Allocatable["nvidia.com/gpu"]
+				if alloc.Value() == 0 {
+					continue
+				}
+				checked++
+				var inv gpulabv1alpha1.GPUInventory
+				if err := c.Get(ctx, client.ObjectKey{Name: n.Name}, &inv); err != nil {
+					failf(t, name, "node %s has %d GPUs but no GPUInventory: %v", n.Name, alloc.Value(), err)
+					continue
+				}
+				sum := inv.Status.Summary
+				if int64(sum.Healthy) != alloc.Value() && int64(sum.Count) != alloc.Value() {
+					failf(t, name, "node %s: allocatable nvidia.com/gpu %d, inventory %d GPUs (%d healthy)", n.Name, alloc.Value(), sum.Count, sum.Healthy)
+				}
+				if p := n.Labels["nvidia.com/gpu.product"]; p != sum.Product {
+					failf(t, name, "node %s: label nvidia.com/gpu.product %q, inventory %q", n.Name, p, sum.Product)
+				}
+				if m := n.Labels["nvidia.com/gpu.memory"]; m != strconv.FormatInt(sum.MemoryMiB, 10) {
+					failf(t, name, "node %s: label nvidia.com/gpu.memory %q, inventory %d MiB", n.Name, m, sum.MemoryMiB)
+				}
+			}
+			if checked == 0 {
+				fatalf(t, name, "no node advertises nvidia.com/gpu")
+			}
+			return ctx
+		}).
+		Assess("a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if cluster.Profile != "local" {
+				t.Skip("XID injection needs the local testbed's simulated agent")
+			}
+			c := cluster.Client
+			var nodes corev1.NodeList
+			if err := c.List(ctx, &nodes); err != nil || len(nodes.Items) == 0 {
+				fatalf(t, name, "listing nodes: %v", err)
+			}
+			node := nodes.Items[len(nodes.Items)-1].Name
+			if err := annotate(ctx, c, node, "2:79"); err != nil {
+				fatalf(t, name, "injecting an XID: %v", err)
+			}
+			var inv gpulabv1alpha1.GPUInventory
+			err := waitFor(ctx, time.Minute, func() (bool, string) {
+				if err := c.Get(ctx, client.ObjectKey{Name: node}, &inv); err != nil {
+					return false, err.Error()
+				}
+				for _, g := range inv.Status.GPUs {
+					if g.Index == 2 && g.Health.State == gpulabv1alpha1.GPUUnhealthy && g.Health.LastXID != nil && *g.Health.LastXID == 79 {
+						return inv.Status.Summary.Healthy == inv.Status.Summary.Count-1, fmt.Sprintf("healthy %d of %d", inv.Status.Summary.Healthy, inv.Status.Summary.Count)
+					}
+				}
+				return false, fmt.Sprintf("GPU 2 of %s not Unhealthy with XID 79", node)
+			})
+			if err != nil {
+				failf(t, name, "the injected XID was not reported: %v", err)
+			}
+			return ctx
+		}).
+		Assess("every GPU has utilization and memory series", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			url := cluster.AgentMetricsURL(ctx)
+			if url == "" {
+				t.Skip("needs the local testbed's agent metrics")
+			}
+			s, err := measure.ScrapeURL(ctx, url)
+			if err != nil {
+				fatalf(t, name, "scraping the agent: %v", err)
+			}
+			var invs gpulabv1alpha1.GPUInventoryList
+			if err := cluster.Client.List(ctx, &invs); err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			for _, inv := range invs.Items {
+				for _, g := range inv.Status.GPUs {
+					for _, metric := range []string{"gpulab_gpu_utilization_ratio", "gpulab_gpu_memory_used_bytes", "gpulab_gpu_memory_total_bytes"} {
+						if _, ok := s[metric]; !ok || !hasSeries(s, metric, g.UUID) {
+							failf(t, name, "no %s series for GPU %s (%s/%d)", metric, g.UUID, inv.Name, g.Index)
+						}
+					}
+				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+func hasSeries(s measure.Scrape, metric, uuid string) bool {
+	for _, m := range s[metric].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "UUID" && l.GetValue() == uuid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// annotate asks the local testbed's simulated agent to deliver XIDs. The
+// node is cordoned first: its sick GPU stays sick until the agent restarts,
+// and later features size themselves from schedulable nodes.
+func annotate(ctx context.Context, c client.Client, node, xids string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations["gpulab.io/simulate-xid"] = xids
+		n.Spec.Unschedulable = true
+		return c.Update(ctx, &n)
+	})
+}

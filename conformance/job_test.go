@@ -1,0 +1,97 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+// TestJob: a GPUJob runs to Succeeded; two jobs on a queue that fits one
+// gang run back to back, and the second gang binds as soon as the first
+// job finishes.
+func TestJob(t *testing.T) {
+	const name = "job"
+	f := features.New(name).WithLabel("area", name).
+		Assess("two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if cluster.Profile != "local" {
+				t.Skip("submitters finish on their own only on the local testbed (kwok stages)")
+			}
+			s := newScenario(ctx, t, name)
+			_, whole := freeCapacityOrSkip(ctx, t, name)
+			gpus := resource.MustParse(fmt.Sprint(min(whole, 2) * 8))
+			queue := &schedulingv1beta1.Queue{
+				ObjectMeta: metav1.ObjectMeta{Name: s.ns},
+				Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),
+					Capability: corev1.ResourceList{"nvidia.com/gpu": gpus}},
+			}
+			if err := s.c.Create(ctx, queue); err != nil {
+				fatalf(t, name, "creating queue: %v", err)
+			}
+			t.Cleanup(func() { _ = s.c.Delete(context.Background(), queue) })
+			workers := min(whole, 2)
+			for _, job := range []string{"first", "second"} {
+				// A job's first cluster is <job>-1: watch it from the start.
+				s.recorder.Expect(job+"-1", workers+1, time.Now())
+				gc := gpuCluster(s.ns, job, int32(workers), 8)
+				gc.Spec.Scheduling.Queue = queue.Name
+				j := &gpulabv1alpha1.GPUJob{
+					ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: job},
+					Spec: gpulabv1alpha1.GPUJobSpec{ClusterTemplate: &gc.Spec, Submitter: corev1.PodTemplateSpec{
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "submit", Image: "registry.k8s.io/pause:3.10"}}}}},
+				}
+				if err := s.c.Create(ctx, j); err != nil {
+					fatalf(t, name, "creating GPUJob %s: %v", job, err)
+				}
+			}
+			first, second := waitJob(ctx, t, s, "first"), waitJob(ctx, t, s, "second")
+			// The second gang must not have bound while the first held the queue.
+			tl := s.recorder.Timelines()[second.Status.ClusterName]
+			done := first.Status.CompletionTime.Time
+			if tl.AllBound.IsZero() || tl.AllBound.Add(time.Second).Before(done) {
+				failf(t, name, "the second gang bound at %s, before the first job finished at %s", tl.AllBound, done)
+			} else {
+				measured(results.Value(name, "first_finished_to_second_bound", "seconds", tl.AllBound.Sub(done).Seconds()))
+			}
+			s.checkInvariants()
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+func freeCapacityOrSkip(ctx context.Context, t *testing.T, feature string) (int, int) {
+	free, whole, err := freeCapacity(ctx, cluster.Client)
+	if err != nil {
+		fatalf(t, feature, "reading capacity: %v", err)
+	}
+	if whole < 1 {
+		t.Skip("no free 8-GPU node")
+	}
+	return free, whole
+}
+
+func waitJob(ctx context.Context, t *testing.T, s *scenario, name string) *gpulabv1alpha1.GPUJob {
+	t.Helper()
+	j := &gpulabv1alpha1.GPUJob{}
+	err := waitFor(ctx, 2**readyFlag, func() (bool, string) {
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, j); err != nil {
+			return false, err.Error()
+		}
+		return j.Status.Phase == gpulabv1alpha1.JobSucceeded, fmt.Sprintf("phase %q %+v", j.Status.Phase, j.Status.Conditions)
+	})
+	if err != nil {
+		fatalf(t, s.feature, "GPUJob %s did not succeed: %v", name, err)
+	}
+	return j
+}
