@@ -95,6 +95,21 @@ conformance: testbed-binaries ## Run the conformance suite on a fresh local test
 	$(BIN)/gpulab-conformance -test.v -test.timeout 40m --profile=local --scale=$(CONFORMANCE_SCALE) \
 		--out=$(CONFORMANCE_OUT) --operator-binary=$(BIN)/gpulab-operator $(CONFORMANCE_ARGS)
 
+NIGHTLY_RUNS     ?= 3
+NIGHTLY_OUT      ?= $(CURDIR)/_artifacts/nightly
+NIGHTLY_BASELINE ?= conformance/baselines/local.json
+PUSHGATEWAY_URL  ?=
+
+.PHONY: nightly
+nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the median with the baseline (exit 1 on a regression or a failed feature), push if PUSHGATEWAY_URL is set.
+	rm -rf $(NIGHTLY_OUT)
+	for i in $$(seq 1 $(NIGHTLY_RUNS)); do \
+		$(MAKE) conformance CONFORMANCE_OUT=$(NIGHTLY_OUT)/run-$$i || true; \
+	done
+	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median \
+		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL)) $(NIGHTLY_OUT)/run-*/results.json
+	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) --current $(NIGHTLY_OUT)/median/results.json --max-regression 10%
+
 ##@ Local testbed
 
 .PHONY: testbed-binaries

@@ -47,6 +47,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "compare" {
 		os.Exit(compareMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "median" {
+		os.Exit(medianMain(os.Args[2:]))
+	}
 	cfg, err := envconf.NewFromFlags()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -186,8 +189,48 @@ func compareMain(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if results.PrintComparison(os.Stdout, results.Compare(b, c, results.CompareOptions{MaxRegression: pct / 100, NoiseSeconds: *noiseS, NoiseCount: *noiseN})) {
+	regressed := results.PrintComparison(os.Stdout, results.Compare(b, c, results.CompareOptions{MaxRegression: pct / 100, NoiseSeconds: *noiseS, NoiseCount: *noiseN}))
+	for _, f := range c.Features {
+		if !f.Passed && !f.Skipped {
+			fmt.Printf("feature %s failed: %s\n", f.Name, strings.Join(f.Messages, "; "))
+			regressed = true
+		}
+	}
+	if regressed {
 		return 1
 	}
+	return 0
+}
+
+// medianMain merges repeated runs: median --out DIR run1.json run2.json ...
+func medianMain(args []string) int {
+	fs := flag.NewFlagSet("median", flag.ContinueOnError)
+	out := fs.String("out", "", "directory for the merged results.json, junit.xml and report.md")
+	push := fs.String("pushgateway-url", "", "also push the merged results here")
+	if err := fs.Parse(args); err != nil || *out == "" || fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: gpulab-conformance median --out DIR run1/results.json run2/results.json ...")
+		return 2
+	}
+	var runs []*results.Results
+	for _, path := range fs.Args() {
+		r, err := results.Read(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		runs = append(runs, r)
+	}
+	merged := results.Median(runs)
+	if err := merged.Write(*out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if *push != "" {
+		if err := results.Push(context.Background(), *push, merged); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	fmt.Print(merged.Markdown())
 	return 0
 }

@@ -75,3 +75,60 @@ func PrintComparison(w io.Writer, rows []Row) (regressed bool) {
 	_ = tw.Flush()
 	return regressed
 }
+
+// Median merges repeated runs into one: each measurement's percentiles are
+// the median over the runs that have it, and a feature passes only if it
+// passed in every run. Nightly jobs compare this against the baseline, so
+// one noisy run neither hides nor fakes a regression.
+func Median(runs []*Results) *Results {
+	if len(runs) == 0 {
+		return nil
+	}
+	out := *runs[0]
+	out.Features, out.Measurements = nil, nil
+	out.EndTime = runs[len(runs)-1].EndTime
+	verdicts := map[string]*Feature{}
+	var order []string
+	byKey := map[string][]Measurement{}
+	var keys []string
+	for _, r := range runs {
+		for _, f := range r.Features {
+			v, ok := verdicts[f.Name]
+			if !ok {
+				copied := f
+				verdicts[f.Name] = &copied
+				order = append(order, f.Name)
+				continue
+			}
+			v.Passed = v.Passed && f.Passed
+			v.Messages = append(v.Messages, f.Messages...)
+		}
+		for _, m := range r.Measurements {
+			if _, seen := byKey[m.Key()]; !seen {
+				keys = append(keys, m.Key())
+			}
+			byKey[m.Key()] = append(byKey[m.Key()], m)
+		}
+	}
+	for _, name := range order {
+		out.Features = append(out.Features, *verdicts[name])
+	}
+	for _, k := range keys {
+		ms := byKey[k]
+		med := func(get func(Measurement) float64) float64 {
+			vals := make([]float64, len(ms))
+			for i, m := range ms {
+				vals[i] = get(m)
+			}
+			sort.Float64s(vals)
+			return vals[(len(vals)-1)/2]
+		}
+		m := ms[0]
+		m.P50 = med(func(m Measurement) float64 { return m.P50 })
+		m.P90 = med(func(m Measurement) float64 { return m.P90 })
+		m.P99 = med(func(m Measurement) float64 { return m.P99 })
+		m.Max = med(func(m Measurement) float64 { return m.Max })
+		out.Measurements = append(out.Measurements, m)
+	}
+	return &out
+}

@@ -118,3 +118,17 @@ func TestPushSendsEverySeries(t *testing.T) {
 		}
 	}
 }
+
+func TestMedianOfRuns(t *testing.T) {
+	run := func(p99 float64, passed bool) *Results {
+		return &Results{SchemaVersion: SchemaVersion, Features: []Feature{{Name: "latency", Passed: passed}},
+			Measurements: []Measurement{Value("latency", "ready", "seconds", p99)}}
+	}
+	m := Median([]*Results{run(1, true), run(9, true), run(2, false)})
+	if got := m.Measurements[0].P99; got != 2 {
+		t.Errorf("median p99 = %v, want 2 (one outlier must not move it)", got)
+	}
+	if m.Features[0].Passed {
+		t.Errorf("a feature that failed in one run passed in the median")
+	}
+}
