@@ -37,26 +37,12 @@ const (
 // testbed (2 H100 and 2 A100 nodes) and checks what only a real scheduler
 // and garbage collector can show.
 func TestOperatorOnVolcano(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up the local testbed; skipped with -short")
-	}
 	ctx := t.Context()
 	fleet, err := local.ParseFleet("dgx-h100=2,dgx-a100=2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := local.New(local.Options{Name: "gpulab-operator-e2e", Fleet: fleet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Down(context.Background()); err != nil {
-			t.Errorf("testbed down: %v", err)
-		}
-	})
-	if err := tb.Up(ctx); err != nil {
-		t.Fatalf("testbed up: %v", err)
-	}
+	tb := local.StartForTest(t, local.Options{Name: "gpulab-operator-e2e", Fleet: fleet})
 	c, err := tb.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -272,17 +258,7 @@ func namespace(t *testing.T, c client.Client, name string) string {
 
 func poll(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 func getCluster(t *testing.T, c client.Client, ns, name string) *gpulabv1alpha1.GPUCluster {

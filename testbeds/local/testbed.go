@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
@@ -225,4 +226,26 @@ func archiveLogs(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// StartForTest brings a testbed up for one test (skipped under -short) and
+// tears it down when the test ends, failed or not.
+func StartForTest(t *testing.T, opts Options) *Testbed {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("brings up the local testbed; skipped with -short")
+	}
+	tb, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Down(context.Background()); err != nil {
+			t.Errorf("testbed down: %v", err)
+		}
+	})
+	if err := tb.Up(t.Context()); err != nil {
+		t.Fatalf("testbed up: %v", err)
+	}
+	return tb
 }

@@ -25,26 +25,12 @@ const testFleet = "dgx-h100=2,dgx-a100=1"
 // with a working Volcano: gangs bind all-or-nothing on fake GPU nodes that
 // look like the profiles' machines. It tears the testbed down even on failure.
 func TestTestbedIsReal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up the local testbed; skipped with -short")
-	}
 	ctx := t.Context()
 	fleet, err := ParseFleet(testFleet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := New(Options{Name: "gpulab-test", Fleet: fleet, Log: testLog{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Down(context.Background()); err != nil {
-			t.Errorf("testbed down: %v", err)
-		}
-	})
-	if err := tb.Up(ctx); err != nil {
-		t.Fatalf("testbed up: %v", err)
-	}
+	tb := StartForTest(t, Options{Name: "gpulab-test", Fleet: fleet, Log: testLog{t}})
 	c, err := tb.Client()
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,9 @@ package testutil
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
 // H100 is the product of the nodes CreateGPUNodes registers.
@@ -214,4 +217,26 @@ func PlayKubelet(t *testing.T, c client.Client, ns string) int {
 		running++
 	}
 	return running
+}
+
+// RunWithEnv is a package's TestMain: it starts one API server with four
+// GPU nodes for all the package's tests (none under -short), stores it in
+// *env, runs the tests and stops it.
+func RunWithEnv(m *testing.M, env **envtest.Environment) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	e, err := envtest.Start(context.Background(), envtest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = e.Stop() }()
+	if err := CreateGPUNodes(context.Background(), e.Client, 4); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*env = e
+	return m.Run()
 }

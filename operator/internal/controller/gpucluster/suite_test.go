@@ -1,9 +1,6 @@
 package gpucluster_test
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
 	"testing"
 
@@ -19,26 +16,7 @@ const h100 = testutil.H100
 // the package. Tests play the scheduler and kubelet where they need to.
 var env *envtest.Environment
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	var err error
-	env, err = envtest.Start(context.Background(), envtest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if err := testutil.CreateGPUNodes(context.Background(), env.Client, 4); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testutil.RunWithEnv(m, &env)) }
 
 func needEnv(t *testing.T) client.Client {
 	t.Helper()

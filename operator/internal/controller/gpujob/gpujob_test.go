@@ -2,7 +2,6 @@ package gpujob_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -29,25 +28,7 @@ const timeout = 30 * time.Second
 // the Job controller for submitters (envtest runs neither).
 var env *envtest.Environment
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	var err error
-	if env, err = envtest.Start(context.Background(), envtest.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if err := testutil.CreateGPUNodes(context.Background(), env.Client, 4); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testutil.RunWithEnv(m, &env)) }
 
 func setup(t *testing.T, traffic *testutil.Traffic) (client.Client, string) {
 	t.Helper()
