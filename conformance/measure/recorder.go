@@ -213,11 +213,11 @@ func (r *Recorder) observePod(p *corev1.Pod, deleted bool, now time.Time) {
 		r.live[slot] = string(p.UID)
 		t.pods[p.Name] = &podState{uid: string(p.UID), bound: p.Spec.NodeName != "", ready: podReady(p)}
 	}
-	r.update(name, t, now)
+	r.update(t, now)
 }
 
 // update advances a cluster's milestones and the partial-binding detector.
-func (r *Recorder) update(name string, t *Timeline, now time.Time) {
+func (r *Recorder) update(t *Timeline, now time.Time) {
 	bound, ready := 0, 0
 	for _, s := range t.pods {
 		if s.bound {

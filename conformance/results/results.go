@@ -105,7 +105,7 @@ func (r *Results) Passed() bool {
 	return true
 }
 
-// Write writes results.json, junit.xml and report.md into dir.
+// Write writes results.json, junit.xml, report.md and report.html into dir.
 func (r *Results) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -124,7 +124,14 @@ func (r *Results) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "junit.xml"), junit, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644); err != nil {
+		return err
+	}
+	page, err := r.HTML()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.html"), page, 0o644)
 }
 
 // Read loads a results.json, refusing other schema versions.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -66,6 +67,10 @@ func TestRoundTripAndReports(t *testing.T) {
 	}
 	if suite.Tests != 2 || suite.Failures != 1 || suite.Cases[1].Failure.Message != "duplicate pod c-workers-1" {
 		t.Errorf("junit %+v", suite)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil || !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "latency/create_to_ready") || !strings.Contains(string(page), "duplicate pod c-workers-1") {
+		t.Errorf("report.html lacks the chart or the failure (%v)", err)
 	}
 	if md := r.Markdown(); !strings.Contains(md, "FAILED") || !strings.Contains(md, "| latency/create_to_ready | seconds | 3 | 2 | 3 | 3 | 3 |") {
 		t.Errorf("markdown:\n%s", md)

@@ -2,6 +2,7 @@ package gpucluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -34,7 +35,12 @@ func TestWithoutVolcano(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("manager: %v", err)
+		}
+	})
 
 	ns := testutil.NewNamespace(t, c)
 	gang := testutil.NewCluster(ns, "gang", 1, 1)

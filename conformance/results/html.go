@@ -1,0 +1,88 @@
+package results
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+)
+
+// HTML renders report.html: the verdicts and, for every latency
+// measurement, a bar chart of its p50/p90/p99/max, drawn as inline SVG so
+// the page needs nothing but a browser.
+func (r *Results) HTML() ([]byte, error) {
+	var b strings.Builder
+	err := htmlPage.Execute(&b, struct {
+		*Results
+		Verdict string
+		Charts  []template.HTML
+	}{r, verdict(r), charts(r)})
+	return []byte(b.String()), err
+}
+
+func verdict(r *Results) string {
+	if r.Passed() {
+		return "PASSED"
+	}
+	return "FAILED"
+}
+
+// charts draws one horizontal bar chart per unit, a row per measurement.
+func charts(r *Results) []template.HTML {
+	byUnit := map[string][]Measurement{}
+	var units []string
+	for _, m := range r.Measurements {
+		if m.Samples == 0 {
+			continue
+		}
+		if _, ok := byUnit[m.Unit]; !ok {
+			units = append(units, m.Unit)
+		}
+		byUnit[m.Unit] = append(byUnit[m.Unit], m)
+	}
+	var out []template.HTML
+	for _, unit := range units {
+		ms := byUnit[unit]
+		top := 0.0
+		for _, m := range ms {
+			top = max(top, m.Max)
+		}
+		if top == 0 {
+			top = 1
+		}
+		const label, width, row, bar = 300, 500, 34, 7
+		var svg strings.Builder
+		fmt.Fprintf(&svg, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" aria-label="%s">`, label+width+90, row*len(ms)+30, template.HTMLEscapeString(unit))
+		for i, m := range ms {
+			y := i*row + 10
+			fmt.Fprintf(&svg, `<text x="0" y="%d" font-size="12">%s</text>`, y+14, template.HTMLEscapeString(m.Key()))
+			for j, q := range []struct {
+				v     float64
+				color string
+			}{{m.P50, "#4c78a8"}, {m.P90, "#72b7b2"}, {m.P99, "#f58518"}, {m.Max, "#e45756"}} {
+				w := int(q.v / top * width)
+				fmt.Fprintf(&svg, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s %s: %s</title></rect>`,
+					label, y+j*bar, max(w, 1), bar-1, q.color, m.Key(), []string{"p50", "p90", "p99", "max"}[j], num(q.v))
+			}
+			fmt.Fprintf(&svg, `<text x="%d" y="%d" font-size="11">p99 %s</text>`, label+width+5, y+20, num(m.P99))
+		}
+		fmt.Fprintf(&svg, `<text x="%d" y="%d" font-size="11">bars: p50, p90, p99, max (%s)</text></svg>`, label, row*len(ms)+25, template.HTMLEscapeString(unit))
+		out = append(out, template.HTML(svg.String())) //nolint:gosec // built from escaped text and numbers above
+	}
+	return out
+}
+
+var htmlPage = template.Must(template.New("report").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gpulab conformance: {{.Verdict}}</title>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.fail{color:#c00;font-weight:bold}</style>
+</head><body>
+<h1>gpulab conformance: {{.Verdict}}</h1>
+<p>profile <b>{{.Environment.Profile}}</b>, Kubernetes {{.Environment.KubernetesVersion}}, Volcano {{.Environment.VolcanoVersion}},
+{{.Environment.Nodes}} nodes, scale {{.Environment.Scale}}, {{.StartTime.Format "2006-01-02 15:04:05 MST"}}</p>
+<h2>Features</h2>
+<table><tr><th>feature</th><th>result</th><th>seconds</th><th>notes</th></tr>
+{{range .Features}}<tr><td>{{.Name}}</td><td>{{if .Skipped}}skip{{else if .Passed}}pass{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{printf "%.1f" .Seconds}}</td><td>{{range .Messages}}{{.}}<br>{{end}}</td></tr>
+{{end}}</table>
+<h2>Measurements</h2>
+{{range .Charts}}<div>{{.}}</div>{{end}}
+</body></html>
+`))
