@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/cachesync"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -51,27 +50,8 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	r.recordTransitions(s.cluster, old, &next)
-	r.awaitCache(ctx, updated)
+	cachesync.Await(ctx, r.client, updated)
 	return nil
-}
-
-// cacheBarrier bounds how long a reconcile waits for the cache to catch up
-// with its own status write.
-const cacheBarrier = 2 * time.Second
-
-// awaitCache waits until the informer cache holds the object as just
-// written. Without it the next reconcile (often already queued by a pod
-// event) starts from the stale copy and its status write conflicts.
-func (r *Reconciler) awaitCache(ctx context.Context, written *gpulabv1alpha1.GPUCluster) {
-	ctx, cancel := context.WithTimeout(ctx, cacheBarrier)
-	defer cancel()
-	_ = wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		cached := &gpulabv1alpha1.GPUCluster{}
-		if err := r.client.Get(ctx, client.ObjectKeyFromObject(written), cached); err != nil {
-			return false, nil
-		}
-		return cached.ResourceVersion == written.ResourceVersion || cached.Generation != written.Generation, nil
-	})
 }
 
 // recordTransitions updates metrics and events on changes only.

@@ -10,11 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/cachesync"
 )
 
 // finish records the verdict and applies the cleanup policy, which is what
@@ -86,7 +86,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
 		return fmt.Errorf("writing GPUJob status: %w", err)
 	}
 	s.old = s.job.Status.DeepCopy()
-	r.awaitCache(ctx, s.job)
+	cachesync.Await(ctx, r.client, s.job)
 	return nil
 }
 
@@ -106,18 +106,4 @@ func (r *Reconciler) confirmCurrent(ctx context.Context, s *scope) error {
 		return errStale
 	}
 	return nil
-}
-
-// awaitCache waits (briefly) until the cache holds the job as just written,
-// so the next reconcile starts from it.
-func (r *Reconciler) awaitCache(ctx context.Context, written *gpulabv1alpha1.GPUJob) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_ = wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		cached := &gpulabv1alpha1.GPUJob{}
-		if err := r.client.Get(ctx, client.ObjectKeyFromObject(written), cached); err != nil {
-			return false, nil
-		}
-		return cached.ResourceVersion == written.ResourceVersion, nil
-	})
 }
