@@ -1,0 +1,542 @@
+package dashboards_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/dashboards"
+	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// The fleet has two products so "by product" panels have something to
+// split; the suite's latency clusters (2 x 2 workers x 4 GPUs) fit the H100s.
+const liveFleet = "dgx-h100=3,dgx-a100=1"
+
+// TestQueriesOnTestbed proves every dashboard query has data: Prometheus and
+// a Pushgateway (Debian's packages) run on loopback with the shipped local
+// scrape config and rules, scraping the local testbed's Volcano scheduler
+// and agent and the operator binary, while the conformance
+// suite's latency feature runs against the testbed and pushes its results.
+// The lab also holds what a real one does: a steady CPU-only GPUCluster, a
+// GPUCluster that can never fit, and a GPU with an injected XID. Then each
+// variable query must return values, and each panel target (variables
+// resolved to All) must parse and return a series with a value.
+func TestQueriesOnTestbed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the local testbed, Prometheus and a Pushgateway; skipped with -short")
+	}
+	for _, bin := range []string{"prometheus", "prometheus-pushgateway"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not installed: apt-get install --no-install-recommends prometheus prometheus-pushgateway", bin)
+		}
+	}
+	ctx := t.Context()
+	root, err := binaries.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	start := time.Now()
+
+	// The operator and the suite build (one after the other: 2 cores) while
+	// the testbed comes up.
+	operator, suite := filepath.Join(tmp, "gpulab-operator"), filepath.Join(tmp, "gpulab-conformance")
+	built := make(chan error, 1)
+	go func() {
+		for _, args := range [][]string{
+			{"build", "-o", operator, "./operator/cmd/gpulab-operator"},
+			{"test", "-c", "-o", suite, "./conformance"},
+		} {
+			cmd := exec.CommandContext(ctx, "go", args...)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				built <- fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+				return
+			}
+		}
+		built <- nil
+	}()
+
+	fleet, err := local.ParseFleet(liveFleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := local.New(local.Options{Name: "gpulab-dashboards", Fleet: fleet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Down(context.Background()); err != nil {
+			t.Errorf("testbed down: %v", err)
+		}
+	})
+	if err := tb.Up(ctx); err != nil {
+		t.Fatalf("testbed up: %v", err)
+	}
+	t.Logf("testbed up after %s", time.Since(start).Round(time.Second))
+	st, err := tb.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	// The operator binary as a user runs it out of cluster, with leader
+	// election on so the leader metric exists.
+	operatorAddr := freeAddr(t)
+	startProcess(t, tmp, "operator", operator, "--kubeconfig="+tb.Kubeconfig(),
+		"--metrics-bind-address="+operatorAddr, "--metrics-secure=false", "--health-probe-bind-address=0",
+		"--leader-elect", "--leader-election-namespace=default")
+	pushAddr := freeAddr(t)
+	startProcess(t, tmp, "pushgateway", "prometheus-pushgateway", "--web.listen-address="+pushAddr)
+
+	// The shipped config and rules, with this run's targets.
+	promDir := filepath.Join(tmp, "prometheus")
+	copyTree(t, "prometheus", promDir)
+	targets := dashboards.LocalTargets{
+		Operator: operatorAddr, Pushgateway: pushAddr,
+		Agent:            net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.AgentMetrics)),
+		VolcanoScheduler: net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.SchedulerMetrics)),
+	}
+	if err := targets.Write(filepath.Join(promDir, "local", "targets")); err != nil {
+		t.Fatal(err)
+	}
+	prom := &promAPI{base: "http://" + freeAddr(t)}
+	startProcess(t, tmp, "prometheus", "prometheus",
+		"--config.file="+filepath.Join(promDir, "local", "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(tmp, "tsdb"),
+		"--web.listen-address="+strings.TrimPrefix(prom.base, "http://"))
+	poll(t, 2*time.Minute, "every scrape target up", func() (bool, string) {
+		var res struct {
+			ActiveTargets []struct {
+				Labels    map[string]string `json:"labels"`
+				Health    string            `json:"health"`
+				LastError string            `json:"lastError"`
+			} `json:"activeTargets"`
+		}
+		if err := prom.get(ctx, "/api/v1/targets", nil, &res); err != nil {
+			return false, err.Error()
+		}
+		up := map[string]string{}
+		for _, tg := range res.ActiveTargets {
+			up[tg.Labels["job"]] = tg.Health + " " + tg.LastError
+		}
+		for _, job := range []string{"gpulab-operator", "gpulab-agent", "volcano-scheduler", "pushgateway"} {
+			if strings.TrimSpace(up[job]) != "up" {
+				return false, fmt.Sprintf("targets %v", up)
+			}
+		}
+		return true, ""
+	})
+
+	// A lab's steady state: one cluster that fits, one that never can, one sick GPU.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "dashboards"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, gpuCluster(ns.Name, "steady", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, gpuCluster(ns.Name, "too-big", 4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	injectXID(t, c, "dgx-a100-0", "7:79")
+
+	runSuite(ctx, t, suite, tb.Kubeconfig(), "http://"+pushAddr, filepath.Join(tmp, "conformance"))
+	t.Logf("conformance run done after %s", time.Since(start).Round(time.Second))
+
+	checkChecker(ctx, t, prom, start)
+	checkDashboards(ctx, t, prom, start)
+	checkRulesLive(ctx, t, prom)
+}
+
+// checkChecker proves the data check is not vacuous: an unknown metric has
+// no data and a malformed query is an error.
+func checkChecker(ctx context.Context, t *testing.T, prom *promAPI, start time.Time) {
+	if n, err := prom.values(ctx, `gpulab_no_such_metric`, false, start); err != nil || n != 0 {
+		t.Errorf("an unknown metric gave %d series, %v; want 0, nil", n, err)
+	}
+	if _, err := prom.values(ctx, `sum(rate(gpulab_gpu_healthy[1m])`, false, start); err == nil {
+		t.Error("a malformed query was accepted")
+	}
+}
+
+// checkRulesLive checks the shipped rules evaluate without error on real
+// series, and that the alert for the XID-sick GPU goes pending or firing
+// with real labels.
+func checkRulesLive(ctx context.Context, t *testing.T, prom *promAPI) {
+	poll(t, time.Minute, "every rule evaluated without error", func() (bool, string) {
+		var res struct {
+			Groups []struct {
+				Rules []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+				} `json:"rules"`
+			} `json:"groups"`
+		}
+		if err := prom.get(ctx, "/api/v1/rules", nil, &res); err != nil {
+			return false, err.Error()
+		}
+		var bad []string
+		n := 0
+		for _, g := range res.Groups {
+			for _, r := range g.Rules {
+				n++
+				if r.Health != "ok" {
+					bad = append(bad, fmt.Sprintf("%s: %s %s", r.Name, r.Health, r.LastError))
+				}
+			}
+		}
+		return n > 0 && len(bad) == 0, fmt.Sprintf("%d rules, not ok: %v", n, bad)
+	})
+	// GPULabUnschedulableClusters is not checked here: increase() cannot
+	// see a counter series born at 1, which is how the operator's
+	// gpulab_unschedulable_decisions_total{reason} starts today.
+	want := map[string]map[string]string{
+		"GPULabGPUUnhealthy": {"hostname": "dgx-a100-0", "gpu": "7", "job": "gpulab-agent"},
+	}
+	poll(t, 2*time.Minute, "an alert for the sick GPU", func() (bool, string) {
+		var res struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		}
+		if err := prom.get(ctx, "/api/v1/alerts", nil, &res); err != nil {
+			return false, err.Error()
+		}
+		var missing []string
+		for name, labels := range want {
+			found := false
+			for _, a := range res.Alerts {
+				match := a.Labels["alertname"] == name
+				for k, v := range labels {
+					match = match && a.Labels[k] == v
+				}
+				found = found || match
+			}
+			if !found {
+				missing = append(missing, name)
+			}
+		}
+		return len(missing) == 0, fmt.Sprintf("missing %v among %d alerts", missing, len(res.Alerts))
+	})
+}
+
+// checkDashboards resolves each dashboard's variables and runs every target
+// over [start, now], polling until Prometheus has scraped what it needs.
+func checkDashboards(ctx context.Context, t *testing.T, prom *promAPI, start time.Time) {
+	for path, d := range loadDashboards(t) {
+		t.Run(d.UID, func(t *testing.T) {
+			vals := map[string][]string{}
+			for _, v := range d.Templating.List {
+				if v.Type != "query" {
+					continue
+				}
+				poll(t, time.Minute, fmt.Sprintf("values of variable %s", v.Name), func() (bool, string) {
+					got, err := prom.labelValues(ctx, substitute(v.expr(), vals, start), start)
+					vals[v.Name] = got
+					if err != nil {
+						return false, err.Error()
+					}
+					return len(got) > 0, "no values"
+				})
+				t.Logf("%s: $%s = %v", path, v.Name, vals[v.Name])
+			}
+			for _, p := range d.Panels {
+				for _, tg := range p.Targets {
+					expr := substitute(tg.Expr, vals, start)
+					poll(t, time.Minute, fmt.Sprintf("data for panel %q target %s: %s", p.Title, tg.RefID, expr), func() (bool, string) {
+						n, err := prom.values(ctx, expr, tg.Instant, start)
+						if err != nil {
+							return false, err.Error()
+						}
+						return n > 0, "no series with a value"
+					})
+				}
+			}
+		})
+	}
+}
+
+var labelValuesRE = regexp.MustCompile(`^label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)$`)
+
+// substitute resolves variables as Grafana does with "All" selected on a
+// multi-value variable: a regex alternation of every value.
+func substitute(expr string, vals map[string][]string, start time.Time) string {
+	return varRef.ReplaceAllStringFunc(expr, func(ref string) string {
+		name := strings.Trim(ref, "${}")
+		switch name {
+		case "__rate_interval":
+			return "1m" // 4 x the local scrape interval of 5s, rounded up
+		case "__interval":
+			return "5s"
+		case "__range":
+			return strconv.Itoa(int(time.Since(start).Seconds())+1) + "s"
+		}
+		quoted := make([]string, 0, len(vals[name]))
+		for _, v := range vals[name] {
+			quoted = append(quoted, strings.ReplaceAll(regexp.QuoteMeta(v), `\`, `\\`))
+		}
+		return "(" + strings.Join(quoted, "|") + ")"
+	})
+}
+
+// promAPI is a minimal client of Prometheus's HTTP API.
+type promAPI struct{ base string }
+
+func (p *promAPI) get(ctx context.Context, path string, q url.Values, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return fmt.Errorf("%s: HTTP %d: %s", path, resp.StatusCode, body)
+	}
+	if env.Status != "success" {
+		return fmt.Errorf("%s: %s", path, env.Error)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+// labelValues answers label_values(selector, label) from the series API,
+// as Grafana does, over [start, now].
+func (p *promAPI) labelValues(ctx context.Context, query string, start time.Time) ([]string, error) {
+	m := labelValuesRE.FindStringSubmatch(query)
+	if m == nil {
+		return nil, fmt.Errorf("unsupported variable query %q", query)
+	}
+	var series []map[string]string
+	q := url.Values{"match[]": {m[1]}, "start": {unix(start)}, "end": {unix(time.Now())}}
+	if err := p.get(ctx, "/api/v1/series", q, &series); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range series {
+		if v, ok := s[m[2]]; ok && v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// values runs expr as an instant query at now or a range query over
+// [start, now] and counts the series with at least one non-NaN value. A
+// parse error is returned as an error.
+func (p *promAPI) values(ctx context.Context, expr string, instant bool, start time.Time) (int, error) {
+	var res struct {
+		Result []struct {
+			Value  []any   `json:"value"`
+			Values [][]any `json:"values"`
+		} `json:"result"`
+	}
+	now := time.Now()
+	if instant {
+		if err := p.get(ctx, "/api/v1/query", url.Values{"query": {expr}, "time": {unix(now)}}, &res); err != nil {
+			return 0, err
+		}
+	} else {
+		q := url.Values{"query": {expr}, "start": {unix(start)}, "end": {unix(now)}, "step": {"5"}}
+		if err := p.get(ctx, "/api/v1/query_range", q, &res); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for _, r := range res.Result {
+		points := r.Values
+		if r.Value != nil {
+			points = append(points, r.Value)
+		}
+		for _, pt := range points {
+			if s, ok := pt[1].(string); ok {
+				if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(f) {
+					n++
+					break
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+func unix(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64) }
+
+// poll calls cond until it holds or the timeout passes, then fails with
+// cond's last detail.
+func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("timed out after %s waiting for %s: %s", timeout, what, detail)
+			return
+		}
+		select {
+		case <-t.Context().Done():
+			t.Errorf("%s: %v", what, t.Context().Err())
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startProcess runs a binary with its output in dir/<name>.log and stops it
+// by PID when the test ends (SIGTERM, then SIGKILL after 10 seconds).
+func startProcess(t *testing.T, dir, name, bin string, args ...string) {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	// Its exit status is not checked: it is stopped by a signal.
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		logFile.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				t.Logf("%s log (last 4 KiB):\n%s", name, tail(b, 4096))
+			}
+		}
+	})
+}
+
+// runSuite runs the conformance suite's latency feature at scale 2 against
+// the testbed (profile cluster: the operator this test runs serves it) and
+// pushes its results.
+func runSuite(ctx context.Context, t *testing.T, suite, kubeconfig, pushURL, out string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, suite, "--profile=cluster", "--kubeconfig="+kubeconfig,
+		"--scale=2", "--feature=latency", "--out="+out, "--pushgateway-url="+pushURL)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("conformance run failed: %v\n%s", err, tail(log, 8192))
+		return
+	}
+	t.Logf("conformance run:\n%s", tail(log, 2048))
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// gpuCluster is a head and workers; workers take gpus H100s each (none when
+// 0). Four workers of 8 H100s can never fit the fleet's three H100 nodes.
+func gpuCluster(ns, name string, workers, gpus int32) *gpulabv1alpha1.GPUCluster {
+	tmpl := func(container string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: container, Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi"),
+			}},
+		}}}}
+	}
+	gc := &gpulabv1alpha1.GPUCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: gpulabv1alpha1.GPUClusterSpec{
+			Head:         gpulabv1alpha1.HeadSpec{Template: tmpl("head")},
+			WorkerGroups: []gpulabv1alpha1.WorkerGroupSpec{{Name: "workers", Replicas: workers, Template: tmpl("worker")}},
+		},
+	}
+	if gpus > 0 {
+		gc.Spec.WorkerGroups[0].GPUs = &gpulabv1alpha1.GPURequest{PerPod: new(gpus), Product: "NVIDIA-H100-80GB-HBM3"}
+	}
+	return gc
+}
+
+// injectXID asks the testbed's agent to raise XIDs on a node's GPUs
+// (annotation gpulab.io/simulate-xid, "<gpu>:<xid>").
+func injectXID(t *testing.T, c client.Client, node, xids string) {
+	t.Helper()
+	var n corev1.Node
+	if err := c.Get(t.Context(), client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations["gpulab.io/simulate-xid"] = xids
+	if err := c.Patch(t.Context(), &n, patch); err != nil {
+		t.Fatal(err)
+	}
+}

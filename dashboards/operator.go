@@ -1,0 +1,67 @@
+package dashboards
+
+// Operator is the operator dashboard: is it reconciling, how fast, is it
+// erring, is the queue keeping up, which replica leads.
+func Operator() *Dashboard {
+	const sel = `controller=~"$controller", instance=~"$instance"`
+	d := newDashboard("gpulab-operator", "gpulab / Operator",
+		"The gpulab operator's controllers: reconcile rate, errors and latency, work queue, workers, API traffic and leader election.",
+		labelValues("instance", "instance", `controller_runtime_reconcile_total{controller=~"gpucluster|gpujob"}`, "Operator replicas (scrape targets)."),
+		labelValues("controller", "controller", `controller_runtime_reconcile_total{controller=~"gpucluster|gpujob", instance=~"$instance"}`, "gpulab controllers."),
+	)
+	return layout(d,
+		row("Overview"),
+		stat("Leader", "Replicas holding the gpulab-operator.gpulab.io lease. Exactly one should; 0 means no replica is reconciling.", "short", 6,
+			thresholds("red", 1, "green", 2, "red"), nil,
+			query(`sum(leader_election_master_status{name="gpulab-operator.gpulab.io", instance=~"$instance"})`, "leaders")),
+		stat("Reconciles/s", "Reconciles per second, every controller selected.", "ops", 6, nil, nil,
+			query(`sum(rate(controller_runtime_reconcile_total{`+sel+`}[$__rate_interval]))`, "reconciles/s")),
+		stat("Reconcile errors (range)", "Reconciles that returned an error over the dashboard's time range.", "short", 6,
+			thresholds("green", 1, "red"), nil,
+			query(`sum(increase(controller_runtime_reconcile_errors_total{`+sel+`}[$__range]))`, "errors")),
+		stat("Work queue depth", "Items waiting to be reconciled now.", "short", 6,
+			thresholds("green", 100, "orange", 1000, "red"), nil,
+			query(`sum(workqueue_depth{`+sel+`})`, "depth")),
+		timeseries("Leader per replica", "1 on the replica that holds the lease.", "bool", 24,
+			query(`max by (instance) (leader_election_master_status{name="gpulab-operator.gpulab.io", instance=~"$instance"})`, "{{instance}}")),
+
+		row("Reconcile"),
+		timeseries("Reconcile rate by result", "Reconciles per second by controller and result (success, error, requeue, requeue_after).", "ops", 12,
+			query(`sum by (controller, result) (rate(controller_runtime_reconcile_total{`+sel+`}[$__rate_interval]))`, "{{controller}} {{result}}")),
+		timeseries("Reconcile errors", "Errors, terminal errors and panics per second. Any sustained rate means reconciles keep failing: read the operator's logs and the objects' conditions.", "ops", 12,
+			query(`sum by (controller) (rate(controller_runtime_reconcile_errors_total{`+sel+`}[$__rate_interval]))`, "{{controller}} errors"),
+			query(`sum by (controller) (rate(controller_runtime_terminal_reconcile_errors_total{`+sel+`}[$__rate_interval]))`, "{{controller}} terminal"),
+			query(`sum by (controller) (rate(controller_runtime_reconcile_panics_total{`+sel+`}[$__rate_interval]))`, "{{controller}} panics")),
+		timeseries("Reconcile latency", "p50 and p99 time of one reconcile.", "s", 12,
+			query(`histogram_quantile(0.5, sum by (controller, le) (rate(controller_runtime_reconcile_time_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{controller}} p50"),
+			query(`histogram_quantile(0.99, sum by (controller, le) (rate(controller_runtime_reconcile_time_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{controller}} p99")),
+		timeseries("Active workers", "Reconciles running now against the configured maximum (--reconcile-concurrency). Workers pinned at the maximum with a growing queue mean the operator is saturated.", "short", 12,
+			query(`sum by (controller) (controller_runtime_active_workers{`+sel+`})`, "{{controller}} active"),
+			query(`max by (controller) (controller_runtime_max_concurrent_reconciles{`+sel+`})`, "{{controller}} max")),
+
+		row("Work queue"),
+		timeseries("Queue depth", "Items waiting per controller.", "short", 8,
+			query(`sum by (controller) (workqueue_depth{`+sel+`})`, "{{controller}}")),
+		timeseries("Queue wait", "p50 and p99 time an item waits in the queue before a worker takes it.", "s", 8,
+			query(`histogram_quantile(0.5, sum by (controller, le) (rate(workqueue_queue_duration_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{controller}} p50"),
+			query(`histogram_quantile(0.99, sum by (controller, le) (rate(workqueue_queue_duration_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{controller}} p99")),
+		timeseries("Adds and retries", "Items added to the queue and rate-limited retries per second.", "ops", 8,
+			query(`sum by (controller) (rate(workqueue_adds_total{`+sel+`}[$__rate_interval]))`, "{{controller}} adds"),
+			query(`sum by (controller) (rate(workqueue_retries_total{`+sel+`}[$__rate_interval]))`, "{{controller}} retries")),
+		timeseries("Longest running reconcile", "How long the longest reconcile in flight has been running; unfinished work is the sum over all in flight. A value that keeps growing is a stuck reconcile.", "s", 12,
+			query(`max by (controller) (workqueue_longest_running_processor_seconds{`+sel+`})`, "{{controller}} longest"),
+			query(`sum by (controller) (workqueue_unfinished_work_seconds{`+sel+`})`, "{{controller}} unfinished")),
+		timeseries("Work duration", "p99 time a worker spends on one item.", "s", 12,
+			query(`histogram_quantile(0.99, sum by (controller, le) (rate(workqueue_work_duration_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{controller}} p99")),
+
+		row("Kubernetes API"),
+		timeseries("API requests by method and code", "The operator's requests to the API server per second. 429 means the API server throttled it (API Priority and Fairness); 5xx, that the API server failed.", "reqps", 12,
+			query(`sum by (method, code) (rate(rest_client_requests_total{instance=~"$instance"}[$__rate_interval]))`, "{{method}} {{code}}")),
+		timeseries("Failed and throttled API requests", "Requests answered 429 or 5xx per second (0 when none).", "reqps", 12,
+			query(`sum(rate(rest_client_requests_total{instance=~"$instance", code=~"429|5.."}[$__rate_interval])) or vector(0)`, "429 and 5xx")),
+		timeseries("PodGroup writes", "Volcano PodGroups created or updated per second. Writes only happen when a gang's size changes; a steady rate with no scaling is a reconcile fighting another writer.", "ops", 12,
+			query(`sum(rate(gpulab_podgroup_writes_total{instance=~"$instance"}[$__rate_interval]))`, "PodGroup writes")),
+		timeseries("Resident memory", "Resident memory of each replica; it follows the number of gpulab pods cached, not the cluster's.", "bytes", 12,
+			query(`process_resident_memory_bytes{instance=~"$instance"} and on (instance) controller_runtime_max_concurrent_reconciles`, "{{instance}} RSS")),
+	)
+}
