@@ -82,6 +82,16 @@ test: testbed-binaries ## Run every test: unit, envtest (real API server), the l
 test-short: ## Run only the fast tests (no API server, no testbed).
 	$(GO) test -short ./...
 
+##@ Dashboards
+
+.PHONY: dashboards
+dashboards: ## Regenerate the Grafana dashboards and the PrometheusRule from Go.
+	$(GO) generate ./dashboards
+
+.PHONY: dashboards-check
+dashboards-check: testbed-binaries ## Check dashboards and rules: schema, promtool, and every panel query on a real Prometheus over the local testbed.
+	$(GO) test ./dashboards/... -v -timeout 20m
+
 ##@ Conformance
 
 CONFORMANCE_SCALE ?= 100

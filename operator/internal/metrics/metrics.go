@@ -10,19 +10,54 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
 
-// Clusters records GPUCluster lifecycle metrics. The phase gauge is kept
-// from the last phase seen per cluster, so it needs no list of everything.
+// phases is a gauge of objects by phase, kept from the last phase seen per
+// object, so it needs no list of everything.
+type phases struct {
+	gauge *prometheus.GaugeVec
+	mu    sync.Mutex
+	last  map[types.NamespacedName]string
+}
+
+func newPhases(name, help string) *phases {
+	return &phases{gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"phase"}),
+		last: map[types.NamespacedName]string{}}
+}
+
+// set records an object's current phase.
+func (p *phases) set(key types.NamespacedName, phase string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.last[key]; ok {
+		if old == phase {
+			return
+		}
+		p.gauge.WithLabelValues(old).Dec()
+	}
+	p.last[key] = phase
+	p.gauge.WithLabelValues(phase).Inc()
+}
+
+// forget drops a deleted object.
+func (p *phases) forget(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.last[key]; ok {
+		p.gauge.WithLabelValues(old).Dec()
+		delete(p.last, key)
+	}
+}
+
+// Clusters records GPUCluster lifecycle metrics.
 type Clusters struct {
 	timeToBound     prometheus.Histogram
 	timeToReady     prometheus.Histogram
-	phases          *prometheus.GaugeVec
+	phases          *phases
 	podGroupUpdates prometheus.Counter
 	unschedulable   *prometheus.CounterVec
-
-	mu    sync.Mutex
-	phase map[types.NamespacedName]string
 }
 
 // latencyBuckets span a fake node's sub-second start to a real cluster's
@@ -46,10 +81,7 @@ func NewClusters(reg prometheus.Registerer) *Clusters {
 			Help:    "Time from GPUCluster creation until every desired pod was first Ready.",
 			Buckets: latencyBuckets,
 		}),
-		phases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gpulab_clusters",
-			Help: "GPUClusters by phase.",
-		}, []string{"phase"}),
+		phases: newPhases("gpulab_clusters", "GPUClusters by phase."),
 		podGroupUpdates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpulab_podgroup_writes_total",
 			Help: "PodGroups created or updated by the operator.",
@@ -58,9 +90,12 @@ func NewClusters(reg prometheus.Registerer) *Clusters {
 			Name: "gpulab_unschedulable_decisions_total",
 			Help: "Times a GPUCluster was found unable to ever fit the healthy GPU capacity, by reason.",
 		}, []string{"reason"}),
-		phase: map[types.NamespacedName]string{},
 	}
-	reg.MustRegister(m.timeToBound, m.timeToReady, m.phases, m.podGroupUpdates, m.unschedulable)
+	// Known reasons start at zero, so increase() sees the first decision.
+	for _, reason := range []string{gpulabv1alpha1.ReasonInsufficientGPUs, gpulabv1alpha1.ReasonNoMatchingNodes} {
+		m.unschedulable.WithLabelValues(reason)
+	}
+	reg.MustRegister(m.timeToBound, m.timeToReady, m.phases.gauge, m.podGroupUpdates, m.unschedulable)
 	return m
 }
 
@@ -77,33 +112,16 @@ func (m *Clusters) PodGroupUpdated() { m.podGroupUpdates.Inc() }
 func (m *Clusters) Unschedulable(reason string) { m.unschedulable.WithLabelValues(reason).Inc() }
 
 // SetPhase records a cluster's current phase.
-func (m *Clusters) SetPhase(key types.NamespacedName, phase string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if old, ok := m.phase[key]; ok {
-		if old == phase {
-			return
-		}
-		m.phases.WithLabelValues(old).Dec()
-	}
-	m.phase[key] = phase
-	m.phases.WithLabelValues(phase).Inc()
-}
+func (m *Clusters) SetPhase(key types.NamespacedName, phase string) { m.phases.set(key, phase) }
 
 // Forget drops a deleted cluster from the phase gauge.
-func (m *Clusters) Forget(key types.NamespacedName) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if old, ok := m.phase[key]; ok {
-		m.phases.WithLabelValues(old).Dec()
-		delete(m.phase, key)
-	}
-}
+func (m *Clusters) Forget(key types.NamespacedName) { m.phases.forget(key) }
 
 // Jobs records GPUJob metrics.
 type Jobs struct {
 	duration    *prometheus.HistogramVec
 	timeToStart prometheus.Histogram
+	phases      *phases
 }
 
 // jobBuckets span a smoke test's seconds to a training run's day.
@@ -126,10 +144,17 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 			Help:    "Time from GPUJob creation until a submitter was created on a Ready cluster.",
 			Buckets: latencyBuckets,
 		}),
+		phases: newPhases("gpulab_jobs", "GPUJobs by phase."),
 	}
-	reg.MustRegister(m.duration, m.timeToStart)
+	reg.MustRegister(m.duration, m.timeToStart, m.phases.gauge)
 	return m
 }
+
+// SetPhase records a job's current phase.
+func (m *Jobs) SetPhase(key types.NamespacedName, phase string) { m.phases.set(key, phase) }
+
+// Forget drops a deleted job from the phase gauge.
+func (m *Jobs) Forget(key types.NamespacedName) { m.phases.forget(key) }
 
 // ObserveDuration records a finished job.
 func (m *Jobs) ObserveDuration(result string, d time.Duration) {

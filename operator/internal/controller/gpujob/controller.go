@@ -16,6 +16,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -116,6 +117,9 @@ func (r *Reconciler) jobsForCluster(ctx context.Context, o client.Object) []reco
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	job := &gpulabv1alpha1.GPUJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.metrics.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !job.DeletionTimestamp.IsZero() {
@@ -130,6 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if werr := r.writeStatus(ctx, s); werr != nil {
 		return ctrl.Result{}, werr
 	}
+	r.metrics.SetPhase(req.NamespacedName, string(job.Status.Phase))
 	return result, err
 }
 
