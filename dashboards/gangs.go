@@ -31,6 +31,13 @@ func Gangs() *Dashboard {
 		timeseries("Unschedulable decisions by reason", "Times the operator found a GPUCluster that can never fit the healthy GPU capacity (InsufficientGPUs, NoMatchingNodes) since the leader started; a step up is a new refusal. No pod is created for such a cluster.", "short", 12,
 			query(`sum by (reason) (gpulab_unschedulable_decisions_total)`, "{{reason}}")),
 
+		row("GPUJobs"),
+		stacked("GPUJobs by phase", "GPUJobs in each phase (Pending, Provisioning, Running, Succeeded, Failed, Suspended), as the operator's leader last saw them.", "short", 12,
+			query(`max by (phase) (gpulab_jobs)`, "{{phase}}")),
+		timeseries("GPUJob duration (p50, p99)", "Start to verdict of the GPUJobs that finished in the last 30 minutes, by result.", "s", 12,
+			query(`histogram_quantile(0.5, sum by (result, le) (rate(gpulab_job_duration_seconds_bucket[30m])))`, "{{result}} p50"),
+			query(`histogram_quantile(0.99, sum by (result, le) (rate(gpulab_job_duration_seconds_bucket[30m])))`, "{{result}} p99")),
+
 		row("Volcano"),
 		stacked("PodGroups by state", "PodGroups per Volcano state in the selected queues: Pending (not admitted), Inqueue (admitted, waiting for room), Running, Unknown (partly running).", "short", 12,
 			query(`sum(volcano_queue_pod_group_pending_count{queue_name=~"$queue"})`, "Pending"),

@@ -168,6 +168,18 @@ func TestQueriesOnTestbed(t *testing.T) {
 	if err := c.Create(ctx, gpuCluster(ns.Name, "too-big", 4, 8)); err != nil {
 		t.Fatal(err)
 	}
+	// A GPUJob that runs to Succeeded (kwok finishes its submitter).
+	job := &gpulabv1alpha1.GPUJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "smoke"},
+		Spec: gpulabv1alpha1.GPUJobSpec{
+			ClusterTemplate: &gpuCluster(ns.Name, "smoke", 1, 0).Spec,
+			Submitter: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "submit", Image: "registry.k8s.io/pause:3.10"}}}},
+		},
+	}
+	if err := c.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
 	injectXID(t, c, "dgx-a100-0", "7:79")
 
 	runSuite(ctx, t, suite, tb.Kubeconfig(), "http://"+pushAddr, filepath.Join(tmp, "conformance"))

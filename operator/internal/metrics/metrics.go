@@ -146,6 +146,10 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 		}),
 		phases: newPhases("gpulab_jobs", "GPUJobs by phase."),
 	}
+	// Both results start at zero, so rate() sees the first finished job.
+	for _, result := range []string{string(gpulabv1alpha1.JobSucceeded), string(gpulabv1alpha1.JobFailed)} {
+		m.duration.WithLabelValues(result)
+	}
 	reg.MustRegister(m.duration, m.timeToStart, m.phases.gauge)
 	return m
 }
