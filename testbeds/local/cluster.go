@@ -53,7 +53,7 @@ func (t *Testbed) Client() (client.Client, error) {
 func installCRDs(ctx context.Context, c client.Client, dirs ...string) error {
 	var names []string
 	for _, dir := range dirs {
-		objs, err := ReadManifests(dir)
+		objs, err := readManifests(dir)
 		if err != nil {
 			return err
 		}
@@ -87,8 +87,8 @@ func crdEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	return false
 }
 
-// ReadManifests decodes every YAML document of every .yaml file in dir.
-func ReadManifests(dir string) ([]*unstructured.Unstructured, error) {
+// readManifests decodes every YAML document of every .yaml file in dir.
+func readManifests(dir string) ([]*unstructured.Unstructured, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		return nil, err

@@ -86,9 +86,6 @@ func New(opts Options) (*Testbed, error) {
 // Name is the kwokctl cluster name.
 func (t *Testbed) Name() string { return t.opts.Name }
 
-// Fleet is the testbed's fake GPU nodes.
-func (t *Testbed) Fleet() Fleet { return t.opts.Fleet }
-
 // kwokWorkdir is KWOK_WORKDIR for every kwokctl call, so clusters live in the
 // cache, not in the user's ~/.kwok.
 func (t *Testbed) kwokWorkdir() string { return filepath.Join(t.opts.CacheDir, "kwok") }
