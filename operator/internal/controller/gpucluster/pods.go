@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,7 +63,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		errs = append(errs, r.deletePods(ctx, s, finished, "exited"))
 	}
 
-	var created []string
+	var missing []*corev1.Pod
 	for _, name := range slices.Sorted(maps.Keys(s.desired.pods)) {
 		if present[name] {
 			continue
@@ -71,33 +72,71 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		if err := controllerutil.SetControllerReference(s.cluster, pod, r.scheme); err != nil {
 			return err
 		}
-		err := r.client.Create(ctx, pod)
-		switch {
-		case err == nil:
-			created = append(created, name)
-			// The create response is an observation too: status counts the
-			// pod now instead of waiting for the cache to report it.
-			s.pods = append(s.pods, *pod)
-		case apierrors.IsAlreadyExists(err):
-			// Our cache lags a create of our own: the pod exists, nothing to do.
-		default:
-			errs = append(errs, fmt.Errorf("creating pod %s: %w", name, err))
-		}
+		missing = append(missing, pod)
+	}
+	created, createErrs := r.createPods(ctx, missing)
+	errs = append(errs, createErrs...)
+	for _, pod := range created {
+		// The create response is an observation too: status counts the pod
+		// now instead of waiting for the cache to report it.
+		s.pods = append(s.pods, *pod)
 	}
 	if plantedFault == faultDuplicatePod && len(created) > 0 {
-		dup := s.desired.pods[created[len(created)-1]].DeepCopy()
+		dup := s.desired.pods[created[len(created)-1].Name].DeepCopy()
 		dup.Name += "-dup"
 		_ = controllerutil.SetControllerReference(s.cluster, dup, r.scheme)
 		_ = r.client.Create(ctx, dup)
 	}
 	if len(created) > 0 {
-		r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CreatedPods", "CreatePods", "Created %d pods: %s", len(created), summarize(created))
+		names := make([]string, len(created))
+		for i, p := range created {
+			names[i] = p.Name
+		}
+		r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CreatedPods", "CreatePods", "Created %d pods: %s", len(created), summarize(names))
 	}
 	if err := errors.Join(errs...); err != nil {
 		r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodsFailed", "ReconcilePods", "%v", err)
 		return err
 	}
 	return nil
+}
+
+// createParallelism bounds concurrent pod creates within one reconcile: a
+// gang's pods are created together, so its creation latency is a few round
+// trips, not one per pod.
+const createParallelism = 8
+
+// createPods creates pods concurrently and returns those created, in the
+// given order; AlreadyExists (our own earlier create, not yet in the cache)
+// is not an error.
+func (r *Reconciler) createPods(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, []error) {
+	ok := make([]bool, len(pods))
+	errs := make([]error, len(pods))
+	sem := make(chan struct{}, createParallelism)
+	var wg sync.WaitGroup
+	for i, pod := range pods {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := r.client.Create(ctx, pod)
+			switch {
+			case err == nil:
+				ok[i] = true
+			case apierrors.IsAlreadyExists(err):
+			default:
+				errs[i] = fmt.Errorf("creating pod %s: %w", pod.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var created []*corev1.Pod
+	for i, pod := range pods {
+		if ok[i] {
+			created = append(created, pod)
+		}
+	}
+	return created, slices.DeleteFunc(errs, func(e error) bool { return e == nil })
 }
 
 func (r *Reconciler) deletePods(ctx context.Context, s *scope, pods []corev1.Pod, why string) error {
