@@ -57,6 +57,47 @@ func TestLatency(t *testing.T) {
 			record(name, s.recorder.Timelines(), n, wall, before, after)
 			s.checkInvariants()
 			return ctx
+		}).
+		Assess("more gangs than capacity: none is ever partly bound, each binds as room frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			_, whole, err := freeCapacity(ctx, cluster.Client)
+			if err != nil {
+				fatalf(t, name, "reading capacity: %v", err)
+			}
+			// Gangs of two whole nodes, 1.5× what fits at once.
+			fits := whole / 2
+			n := fits + fits/2
+			if fits < 2 {
+				t.Skip("needs at least 4 free 8-GPU nodes")
+			}
+			for i := range n {
+				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("over-%03d", i), 2, 8))
+			}
+			// Free the room of each gang as soon as it is Ready, so the
+			// waiting ones bind in turn.
+			done := map[string]bool{}
+			err = waitFor(ctx, *readyFlag+time.Duration(n)*time.Second, func() (bool, string) {
+				for name, tl := range s.recorder.Timelines() {
+					if !done[name] && !tl.StatusReady.IsZero() {
+						done[name] = true
+						s.delete(ctx, name)
+					}
+				}
+				return len(done) == n, fmt.Sprintf("%d of %d gangs were Ready", len(done), n)
+			})
+			if err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			var waits []float64
+			for _, tl := range s.recorder.Timelines() {
+				if !tl.AllBound.IsZero() {
+					waits = append(waits, tl.AllBound.Sub(tl.Created).Seconds())
+				}
+			}
+			measured(results.Distribution(name, "overcommitted_create_to_all_bound", "seconds", waits),
+				results.Value(name, "overcommitted_gangs", "count", float64(n)))
+			s.checkInvariants()
+			return ctx
 		}).Feature()
 	testenv.Test(t, f)
 }
