@@ -65,7 +65,6 @@ func (r *Reconciler) recordThenCreate(ctx context.Context, s *scope) error {
 	if err := r.writeStatus(ctx, s); err != nil {
 		return err
 	}
-	s.old = s.job.Status.DeepCopy()
 	return r.createCluster(ctx, s)
 }
 

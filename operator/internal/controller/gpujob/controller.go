@@ -230,9 +230,5 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if err != nil || !ready {
 		return s.result(), err
 	}
-	done, err := r.ensureSubmitter(ctx, s)
-	if err != nil || !done {
-		return s.result(), err
-	}
-	return s.result(), nil
+	return s.result(), r.ensureSubmitter(ctx, s)
 }

@@ -28,33 +28,32 @@ func submitterName(job string, attempt int32) string {
 	return fmt.Sprintf("%s-submit-%d", job, attempt)
 }
 
-// ensureSubmitter runs the attempt's submitter on the Ready cluster and says
-// whether the job has reached a verdict (finished or moved to a retry).
-func (r *Reconciler) ensureSubmitter(ctx context.Context, s *scope) (bool, error) {
+// ensureSubmitter runs the attempt's submitter on the Ready cluster and acts
+// on its verdict: finish, or start the next attempt.
+func (r *Reconciler) ensureSubmitter(ctx context.Context, s *scope) error {
 	st := &s.job.Status
 	if st.SubmitterName == "" {
 		st.SubmitterName = submitterName(s.job.Name, st.Attempts)
 		if err := r.writeStatus(ctx, s); err != nil {
-			return false, err
+			return err
 		}
-		s.old = st.DeepCopy()
 	}
 	sub := &batchv1.Job{}
 	err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: st.SubmitterName}, sub)
 	if apierrors.IsNotFound(err) {
-		return false, r.createSubmitter(ctx, s)
+		return r.createSubmitter(ctx, s)
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
 	st.Phase = gpulabv1alpha1.JobRunning
 	switch {
 	case jobCondition(sub, batchv1.JobComplete):
-		return true, r.finish(ctx, s, gpulabv1alpha1.JobSucceeded, "SubmitterSucceeded", fmt.Sprintf("submitter %s completed", sub.Name))
+		return r.finish(ctx, s, gpulabv1alpha1.JobSucceeded, "SubmitterSucceeded", fmt.Sprintf("submitter %s completed", sub.Name))
 	case jobCondition(sub, batchv1.JobFailed):
-		return true, r.attemptFailed(ctx, s, sub)
+		return r.attemptFailed(ctx, s, sub)
 	}
-	return false, nil
+	return nil
 }
 
 func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {
