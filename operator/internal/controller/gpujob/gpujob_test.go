@@ -280,3 +280,40 @@ func TestRestartAfterRecordingBeforeCreating(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartAfterRecordingSubmitter: the first operator gets the cluster
+// Ready and records the submitter's name, but the submitter create fails
+// and it dies; the second creates exactly that submitter.
+func TestRestartAfterRecordingSubmitter(t *testing.T) {
+	if env == nil {
+		t.Skip("needs a real kube-apiserver; skipped with -short")
+	}
+	broken := testutil.NewTraffic()
+	broken.FailRequest = func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/jobs")
+	}
+	first := testutil.StartManager(t, env.Config, testutil.ManagerOptions{Traffic: broken})
+	c, ns := env.Client, testutil.NewNamespace(t, env.Client)
+	if err := c.Create(context.Background(), newJob(ns, "late")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, "submitter name recorded", func() (bool, string) {
+		testutil.PlayKubelet(t, c, ns)
+		j := getJob(t, c, ns, "late")
+		return j.Status.SubmitterName == "late-submit-1", j.Status.SubmitterName
+	})
+	first.Stop()
+	var subs batchv1.JobList
+	if err := c.List(context.Background(), &subs, client.InNamespace(ns)); err != nil || len(subs.Items) != 0 {
+		t.Fatalf("submitters before restart: %d (%v)", len(subs.Items), err)
+	}
+	second := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "late-submit-1"), true)
+	waitPhase(t, c, ns, "late", gpulabv1alpha1.JobSucceeded)
+	if n := second.Traffic.Count("POST jobs"); n != 1 {
+		t.Errorf("the second operator created %d submitters, want 1", n)
+	}
+	if n := second.Traffic.Count("POST gpuclusters"); n != 0 {
+		t.Errorf("the second operator created %d clusters, want 0", n)
+	}
+}
