@@ -15,6 +15,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -145,23 +146,7 @@ func describe(gc *gpulabv1alpha1.GPUCluster) string {
 }
 
 func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, detail := cond()
-		if ok {
-			return nil
-		}
-		last = detail
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s: %s", timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return poll.Until(ctx, timeout, cond)
 }
 
 // freeCapacity is the GPUs on schedulable nodes not requested by bound,

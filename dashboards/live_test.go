@@ -27,6 +27,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/dashboards"
+	pollpkg "github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -421,22 +422,8 @@ func unix(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli()
 // cond's last detail.
 func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("timed out after %s waiting for %s: %s", timeout, what, detail)
-			return
-		}
-		select {
-		case <-t.Context().Done():
-			t.Errorf("%s: %v", what, t.Context().Err())
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
+	if err := pollpkg.Until(t.Context(), timeout, cond); err != nil {
+		t.Errorf("waiting for %s: %v", what, err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/testbeds/envtest"
@@ -144,19 +145,12 @@ func NewCluster(ns, name string, n, gpus int32) *gpulabv1alpha1.GPUCluster {
 	}
 }
 
-// Eventually polls cond every 100 ms until it holds or timeout passes.
+// Eventually polls cond until it holds or timeout passes, then fails the
+// test with cond's last detail.
 func Eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := poll.Until(t.Context(), timeout, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
 
