@@ -22,7 +22,7 @@ import (
 // Flags beyond e2e-framework's own (--kubeconfig, --labels, --skip-labels,
 // --feature, --fail-fast, --parallel).
 var (
-	profileFlag    = flag.String("profile", "local", "local (creates the local testbed) or cluster (an existing cluster, --kubeconfig)")
+	profileFlag    = flag.String("profile", "local", "local (creates the local testbed), kind (creates a kind cluster; needs Docker) or cluster (an existing cluster, --kubeconfig)")
 	outFlag        = flag.String("out", "_artifacts/conformance", "directory for results.json, junit.xml, report.md and logs")
 	scaleFlag      = flag.Int("scale", 100, "latency clusters (1 head + 2 workers x 4 GPUs each); sizes the local fleet")
 	keepFlag       = flag.Bool("keep", false, "leave the local testbed running afterwards")

@@ -1,5 +1,6 @@
 // Package profile prepares the cluster a conformance run uses: `local`
 // brings up the local testbed and runs two operator replicas as processes;
+// `kind` creates a kind cluster with Volcano and gpulab (needs Docker);
 // `cluster` uses an existing cluster and checks gpulab and Volcano are there.
 package profile
 
@@ -21,13 +22,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // Options configures a profile.
 type Options struct {
-	// Profile is local (default) or cluster.
+	// Profile is local (default), kind or cluster.
 	Profile string
 	// Kubeconfig is the cluster profile's kubeconfig.
 	Kubeconfig string
@@ -54,6 +56,7 @@ type Environment struct {
 	Client    client.Client
 	Operators []*OperatorProcess // local only
 	testbed   *local.Testbed
+	kind      *kind.Cluster
 	keep      bool
 }
 
@@ -68,9 +71,9 @@ func Setup(ctx context.Context, opts Options) (*Environment, error) {
 	case "cluster":
 		return setupCluster(ctx, opts)
 	case "kind":
-		return nil, errors.New("profile kind needs Docker; create the kind cluster with testbeds/kind and run with --profile=cluster --kubeconfig=<its kubeconfig>")
+		return setupKind(ctx, opts)
 	default:
-		return nil, fmt.Errorf("unknown --profile %q: want local or cluster", opts.Profile)
+		return nil, fmt.Errorf("unknown --profile %q: want local, kind or cluster", opts.Profile)
 	}
 }
 
@@ -165,6 +168,25 @@ func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
 	return &Environment{Profile: "cluster", Config: cfg, Client: c}, nil
 }
 
+// setupKind creates a kind cluster with Volcano and gpulab installed
+// (testbeds/kind; needs Docker), then checks it like an existing cluster.
+func setupKind(ctx context.Context, opts Options) (*Environment, error) {
+	kc, err := kind.New(ctx, kind.Options{Name: "gpulab-conformance", Log: opts.Log})
+	if err != nil {
+		return nil, err
+	}
+	if err := kc.Up(ctx); err != nil {
+		return nil, errors.Join(err, kc.Down(context.WithoutCancel(ctx)))
+	}
+	opts.Kubeconfig = kc.Kubeconfig()
+	env, err := setupCluster(ctx, opts)
+	if err != nil {
+		return nil, errors.Join(err, kc.Down(context.WithoutCancel(ctx)))
+	}
+	env.Profile, env.kind, env.keep = "kind", kc, opts.Keep
+	return env, nil
+}
+
 // Teardown stops the operators and the local testbed (unless kept).
 func (e *Environment) Teardown(ctx context.Context) error {
 	var errs []error
@@ -173,6 +195,9 @@ func (e *Environment) Teardown(ctx context.Context) error {
 	}
 	if e.testbed != nil && !e.keep {
 		errs = append(errs, e.testbed.Down(ctx))
+	}
+	if e.kind != nil && !e.keep {
+		errs = append(errs, e.kind.Down(ctx))
 	}
 	return errors.Join(errs...)
 }

@@ -55,7 +55,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	// Every shipped manifest must be accepted by the API server (the
 	// DaemonSet's pods never run here: envtest has no controllers).
 	applyManifests(t, e.Client, "namespace.yaml", "serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml",
-		"daemonset.yaml", "rbac-testbed-capacity.yaml")
+		"daemonset.yaml", "testbed/rbac-capacity.yaml")
 	createNode(t, e.Client, "node-a", map[string]string{"kubernetes.io/hostname": "node-a"})
 	createNode(t, e.Client, "node-b", map[string]string{"kubernetes.io/hostname": "node-b"})
 	agentA := asAgent(t, "node-a")

@@ -1,0 +1,56 @@
+package kind
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/testbeds/envtest"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// TestKindManifestsApply renders the kind overlays and applies them to a
+// real API server: what the kind profile installs must be accepted, use the
+// locally loaded images and run the agent in mock, capacity-advertising mode.
+func TestKindManifestsApply(t *testing.T) {
+	env := envtest.StartForTest(t, envtest.Options{CRDDirs: []string{filepath.Join("..", "..", "operator", "config", "crd", "bases")}})
+	bins, err := binaries.Lookup(context.Background(), binaries.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, overlay := range []string{"operator", "agent"} {
+		out, err := exec.Command(bins.Kubectl, "kustomize", overlay).Output()
+		if err != nil {
+			t.Fatalf("kustomize %s: %v", overlay, err)
+		}
+		text := string(out)
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				break
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			if err := env.Client.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("test"), client.ForceOwnership); err != nil {
+				t.Errorf("%s: applying %s %s: %v", overlay, obj.GetKind(), obj.GetName(), err)
+			}
+		}
+		for _, want := range map[string][]string{
+			"operator": {"image: gpulab-operator:dev", "imagePullPolicy: Never"},
+			"agent":    {"image: gpulab-agent:dev", "imagePullPolicy: Never", "--nvml=mock:dgx-h100", "--advertise-capacity", "name: gpulab-agent-testbed-capacity"},
+		}[overlay] {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s overlay lacks %q", overlay, want)
+			}
+		}
+	}
+}
