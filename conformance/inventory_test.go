@@ -57,6 +57,28 @@ func TestInventory(t *testing.T) {
 			}
 			return ctx
 		}).
+		Assess("with --real-gpus, each node's nvidia-smi UUIDs match its inventory", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			if !*realGPUsFlag {
+				t.Skip("needs --real-gpus (a cluster with real GPUs)")
+			}
+			s := newScenario(ctx, t, name)
+			var nodes corev1.NodeList
+			if err := s.c.List(ctx, &nodes); err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			for _, n := range nodes.Items {
+				if gpus := n.Status.Allocatable["nvidia.com/gpu"]; gpus.Value() == 0 {
+					continue
+				}
+				var inv gpulabv1alpha1.GPUInventory
+				if err := s.c.Get(ctx, client.ObjectKey{Name: n.Name}, &inv); err != nil {
+					failf(t, name, "node %s: %v", n.Name, err)
+					continue
+				}
+				probeGPUs(ctx, t, name, s.ns, n, &inv)
+			}
+			return ctx
+		}).
 		Assess("a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if cluster.Profile != "local" {
 				t.Skip("XID injection needs the local testbed's simulated agent")
