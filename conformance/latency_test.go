@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 
@@ -94,6 +95,7 @@ func TestLatency(t *testing.T) {
 					waits = append(waits, tl.AllBound.Sub(tl.Created).Seconds())
 				}
 			}
+			addTimelines(name+"/overcommitted", s.recorder.Timelines())
 			measured(results.Distribution(name, "overcommitted_create_to_all_bound", "seconds", waits),
 				results.Value(name, "overcommitted_gangs", "count", float64(n)))
 			s.checkInvariants()
@@ -133,6 +135,7 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 		add("create_to_status_ready", tl.Created, tl.StatusReady)
 		add("pods_ready_to_status_ready", tl.PodsReady, tl.StatusReady)
 	}
+	addTimelines(feature, timelines)
 	for _, phase := range []string{"create_to_podgroup", "create_to_pods_created", "create_to_all_bound", "create_to_pods_ready", "create_to_status_ready", "pods_ready_to_status_ready"} {
 		measured(results.Distribution(feature, phase, "seconds", phases[phase]))
 	}
@@ -154,4 +157,38 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 			(delta("rest_client_requests_total", map[string]string{"method": "POST"})+delta("rest_client_requests_total", map[string]string{"method": "PUT"})+
 				delta("rest_client_requests_total", map[string]string{"method": "PATCH"})+delta("rest_client_requests_total", map[string]string{"method": "DELETE"}))/float64(n)),
 	)
+}
+
+// addTimelines keeps each cluster's milestones for report.html.
+func addTimelines(feature string, timelines map[string]measure.Timeline) {
+	var first time.Time
+	for _, tl := range timelines {
+		if !tl.Created.IsZero() && (first.IsZero() || tl.Created.Before(first)) {
+			first = tl.Created
+		}
+	}
+	since := func(from, to time.Time) float64 {
+		if from.IsZero() || to.IsZero() {
+			return -1
+		}
+		return to.Sub(from).Seconds()
+	}
+	names := make([]string, 0, len(timelines))
+	for name := range timelines {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range names {
+		tl := timelines[name]
+		if tl.Created.IsZero() {
+			continue
+		}
+		run.Timelines = append(run.Timelines, results.Timeline{
+			Feature: feature, Cluster: name, Start: tl.Created.Sub(first).Seconds(),
+			PodGroup: since(tl.Created, tl.PodGroup), PodsCreated: since(tl.Created, tl.PodsCreated),
+			AllBound: since(tl.Created, tl.AllBound), PodsReady: since(tl.Created, tl.PodsReady), StatusReady: since(tl.Created, tl.StatusReady),
+		})
+	}
 }

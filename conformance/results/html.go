@@ -15,7 +15,7 @@ func (r *Results) HTML() ([]byte, error) {
 		*Results
 		Verdict string
 		Charts  []template.HTML
-	}{r, verdict(r), charts(r)})
+	}{r, verdict(r), append(charts(r), timelines(r)...)})
 	return []byte(b.String()), err
 }
 
@@ -86,3 +86,52 @@ var htmlPage = template.Must(template.New("report").Parse(`<!doctype html>
 {{range .Charts}}<div>{{.}}</div>{{end}}
 </body></html>
 `))
+
+// timelines draws, per feature, each cluster as a row from its create to
+// status Ready, coloured by phase: waiting for the PodGroup and pods, for
+// binding, for pods Ready, for the operator to report Ready. A contended run
+// shows as a staircase: gangs binding as room frees.
+func timelines(r *Results) []template.HTML {
+	byFeature := map[string][]Timeline{}
+	var features []string
+	for _, t := range r.Timelines {
+		if _, ok := byFeature[t.Feature]; !ok {
+			features = append(features, t.Feature)
+		}
+		byFeature[t.Feature] = append(byFeature[t.Feature], t)
+	}
+	var out []template.HTML
+	for _, f := range features {
+		ts := byFeature[f]
+		end := 0.0
+		for _, t := range ts {
+			end = max(end, t.Start+t.StatusReady)
+		}
+		if end <= 0 {
+			continue
+		}
+		const width, row, left = 800, 4, 10
+		var svg strings.Builder
+		fmt.Fprintf(&svg, `<h3>%s: per-cluster timeline (%d clusters, %.1f s)</h3><svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">`,
+			template.HTMLEscapeString(f), len(ts), end, width+2*left, row*len(ts)+40)
+		x := func(sec float64) int { return left + int(sec/end*width) }
+		for i, t := range ts {
+			y := 20 + i*row
+			prev := t.Start
+			for _, seg := range []struct {
+				at    float64
+				color string
+			}{{t.PodsCreated, "#bab0ac"}, {t.AllBound, "#f58518"}, {t.PodsReady, "#72b7b2"}, {t.StatusReady, "#4c78a8"}} {
+				if seg.at < 0 {
+					continue
+				}
+				at := t.Start + seg.at
+				fmt.Fprintf(&svg, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x(prev), y, max(x(at)-x(prev), 1), row-1, seg.color)
+				prev = at
+			}
+		}
+		fmt.Fprintf(&svg, `<text x="%d" y="12" font-size="11">grey: create→pods created, orange: →all bound, teal: →pods Ready, blue: →status Ready; 0 to %.1f s</text></svg>`, left, end)
+		out = append(out, template.HTML(svg.String())) //nolint:gosec // built from escaped text and numbers
+	}
+	return out
+}

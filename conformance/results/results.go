@@ -24,6 +24,22 @@ type Results struct {
 	Environment   Environment   `json:"environment"`
 	Features      []Feature     `json:"features"`
 	Measurements  []Measurement `json:"measurements"`
+	// Timelines are per-cluster milestones of runs worth drawing (latency),
+	// in seconds since the cluster's create; a missing milestone is -1.
+	Timelines []Timeline `json:"timelines,omitempty"`
+}
+
+// Timeline is one cluster's way from create to Ready, as watched.
+type Timeline struct {
+	Feature string `json:"feature"`
+	Cluster string `json:"cluster"`
+	// Start is seconds from the first create of the feature's run.
+	Start       float64 `json:"start"`
+	PodGroup    float64 `json:"podGroup"`
+	PodsCreated float64 `json:"podsCreated"`
+	AllBound    float64 `json:"allBound"`
+	PodsReady   float64 `json:"podsReady"`
+	StatusReady float64 `json:"statusReady"`
 }
 
 // Environment says what the run ran on.

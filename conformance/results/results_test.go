@@ -45,6 +45,7 @@ func TestRoundTripAndReports(t *testing.T) {
 			{Name: "controller", Passed: false, Messages: []string{"duplicate pod c-workers-1"}, Seconds: 30},
 		},
 		Measurements: []Measurement{Distribution("latency", "create_to_ready", "seconds", []float64{1, 2, 3})},
+		Timelines:    []Timeline{{Feature: "latency", Cluster: "c0", Start: 0.1, PodGroup: 0.2, PodsCreated: 0.3, AllBound: 1.5, PodsReady: 2, StatusReady: 2.4}},
 	}
 	dir := t.TempDir()
 	if err := r.Write(dir); err != nil {
@@ -69,7 +70,8 @@ func TestRoundTripAndReports(t *testing.T) {
 		t.Errorf("junit %+v", suite)
 	}
 	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
-	if err != nil || !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "latency/create_to_ready") || !strings.Contains(string(page), "duplicate pod c-workers-1") {
+	if err != nil || !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "latency/create_to_ready") || !strings.Contains(string(page), "duplicate pod c-workers-1") ||
+		!strings.Contains(string(page), "latency: per-cluster timeline (1 clusters") {
 		t.Errorf("report.html lacks the chart or the failure (%v)", err)
 	}
 	if md := r.Markdown(); !strings.Contains(md, "FAILED") || !strings.Contains(md, "| latency/create_to_ready | seconds | 3 | 2 | 3 | 3 | 3 |") {
