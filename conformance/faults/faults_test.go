@@ -60,7 +60,7 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 				}
 			}
 			if !found {
-				t.Errorf("the suite failed, but no message names the fault (%q):\n%s", want, r.Markdown())
+				t.Errorf("the suite failed, but no message names the fault (%q):\n%s\nsuite output:\n%s", want, r.Markdown(), tail(log))
 			}
 		})
 	}

@@ -77,7 +77,23 @@ func Setup(ctx context.Context, opts Options) (*Environment, error) {
 	}
 }
 
+// setupLocal brings the local profile up, retrying once: the testbed and
+// the operators pick free loopback ports, and on a busy machine a process
+// started at the same moment (another test's API server) can take one first.
 func setupLocal(ctx context.Context, opts Options) (*Environment, error) {
+	env, err := setupLocalOnce(ctx, opts)
+	if err == nil {
+		return env, nil
+	}
+	fmt.Fprintf(opts.Log, "local profile setup failed, retrying once: %v\n", err)
+	env, retryErr := setupLocalOnce(ctx, opts)
+	if retryErr != nil {
+		return nil, errors.Join(err, retryErr)
+	}
+	return env, nil
+}
+
+func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	scale := max(opts.Scale, 1)
 	fleet, err := local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3))
 	if err != nil {

@@ -108,7 +108,11 @@ func (t *Testbed) deadComponents() error {
 	var dead []string
 	for _, c := range t.Components() {
 		if !c.Running {
-			dead = append(dead, fmt.Sprintf("%s is not running (log: %s)", c.Name, c.Log))
+			last := ""
+			if data, err := os.ReadFile(c.Log); err == nil {
+				last = "; last lines:\n" + lastLines(string(data), 5)
+			}
+			dead = append(dead, fmt.Sprintf("%s is not running (log: %s)%s", c.Name, c.Log, last))
 		}
 	}
 	if len(dead) == 0 {
