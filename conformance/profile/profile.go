@@ -109,7 +109,8 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	if err := tb.Up(ctx); err != nil {
 		return nil, err
 	}
-	env := &Environment{Profile: "local", testbed: tb, keep: opts.Keep}
+	// keep applies once setup succeeded; a failed setup always cleans up.
+	env := &Environment{Profile: "local", testbed: tb}
 	fail := func(err error) (*Environment, error) {
 		return nil, errors.Join(err, env.Teardown(context.WithoutCancel(ctx)))
 	}
@@ -138,6 +139,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		}
 	}
 	fmt.Fprintf(opts.Log, "two operator replicas running (logs in %s)\n", opts.OutDir)
+	env.keep = opts.Keep
 	return env, nil
 }
 
