@@ -1,5 +1,7 @@
-// Package testutil holds helpers for the operator's tests: an API traffic
-// counter with fault injection, wrapped around a rest.Config's transport.
+// Package testutil holds what the operator's tests share: an API traffic
+// counter with fault injection (wrapped around a rest.Config's transport),
+// one envtest API server per package with GPU nodes, a running operator,
+// and stand-ins for the scheduler and kubelet envtest lacks.
 package testutil
 
 import (
