@@ -332,14 +332,16 @@ func (r *Reconciler) runtimeClassOverheads(ctx context.Context, cluster *gpulabv
 	return out, nil
 }
 
-// capacity reads healthy GPU capacity from the cache.
+// capacity reads healthy GPU capacity from the cache. Every reconcile reads
+// every node and inventory, and only reads them, so the lists share the
+// cache's objects instead of deep-copying the fleet each time.
 func (r *Reconciler) capacity(ctx context.Context) ([]inventory.Node, bool, error) {
 	var invs gpulabv1alpha1.GPUInventoryList
-	if err := r.client.List(ctx, &invs); err != nil && !meta.IsNoMatchError(err) {
+	if err := r.client.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
 		return nil, false, fmt.Errorf("listing GPU inventories: %w", err)
 	}
 	var nodes corev1.NodeList
-	if err := r.client.List(ctx, &nodes); err != nil {
+	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, fmt.Errorf("listing nodes: %w", err)
 	}
 	view, fromInventory := inventory.Nodes(invs.Items, nodes.Items)
