@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
@@ -235,16 +236,20 @@ func (e *Environment) AgentMetricsURL(ctx context.Context) string {
 
 // Leader returns the operator replica that holds the lease (local only).
 func (e *Environment) Leader(ctx context.Context) (*OperatorProcess, error) {
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	var leader *OperatorProcess
+	err := poll.Until(ctx, time.Minute, func() (bool, string) {
 		for _, op := range e.Operators {
 			if op.IsLeader(ctx) {
-				return op, nil
+				leader = op
+				return true, ""
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		return false, "no replica reports leader_election_master_status 1"
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no operator replica became leader: %w", err)
 	}
-	return nil, errors.New("no operator replica became leader within a minute")
+	return leader, nil
 }
 
 // Describe fills in what the run ran on.
