@@ -15,6 +15,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/node-agent/simulator"
 )
 
 // TestInventory: every GPU node has a GPUInventory that agrees with its
@@ -89,7 +90,7 @@ func TestInventory(t *testing.T) {
 				fatalf(t, name, "listing nodes: %v", err)
 			}
 			node := nodes.Items[len(nodes.Items)-1].Name
-			if err := annotate(ctx, c, node, "2:79"); err != nil {
+			if err := cordonWithXID(ctx, c, node, "2:79"); err != nil {
 				fatalf(t, name, "injecting an XID: %v", err)
 			}
 			var inv gpulabv1alpha1.GPUInventory
@@ -147,10 +148,10 @@ func hasSeries(s measure.Scrape, metric, uuid string) bool {
 	return false
 }
 
-// annotate asks the local testbed's simulated agent to deliver XIDs. The
+// cordonWithXID asks the local testbed's simulated agent to deliver XIDs. The
 // node is cordoned first: its sick GPU stays sick until the agent restarts,
 // and later features size themselves from schedulable nodes.
-func annotate(ctx context.Context, c client.Client, node, xids string) error {
+func cordonWithXID(ctx context.Context, c client.Client, node, xids string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var n corev1.Node
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
@@ -159,7 +160,7 @@ func annotate(ctx context.Context, c client.Client, node, xids string) error {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations["gpulab.io/simulate-xid"] = xids
+		n.Annotations[simulator.XIDAnnotation] = xids
 		n.Spec.Unschedulable = true
 		return c.Update(ctx, &n)
 	})
