@@ -39,12 +39,6 @@ const ControllerName = "gpucluster"
 // for any), so an inventory change wakes only the clusters it can affect.
 const productIndex = "gpulab.io/gpu-product"
 
-// Planted faults (test builds only, see fault_on.go).
-const (
-	faultPodsBeforePodGroup = "pods-before-podgroup"
-	faultDuplicatePod       = "duplicate-pod"
-)
-
 // recheckCapacity is how often a cluster that cannot fit is re-checked when
 // capacity comes from node allocatable, which no watch of ours reports.
 const recheckCapacity = 30 * time.Second
@@ -251,11 +245,6 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 			return ctrl.Result{RequeueAfter: recheckCapacity}, nil
 		}
 		return ctrl.Result{}, nil
-	}
-	if plantedFault == faultPodsBeforePodGroup {
-		if err := r.reconcilePods(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 	if err := r.reconcileGang(ctx, s); err != nil {
 		if errors.Is(err, scheduler.ErrNotInstalled) {

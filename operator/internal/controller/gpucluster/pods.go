@@ -81,12 +81,6 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		// now instead of waiting for the cache to report it.
 		s.pods = append(s.pods, *pod)
 	}
-	if plantedFault == faultDuplicatePod && len(created) > 0 {
-		dup := s.desired.pods[created[len(created)-1].Name].DeepCopy()
-		dup.Name += "-dup"
-		_ = controllerutil.SetControllerReference(s.cluster, dup, r.scheme)
-		_ = r.client.Create(ctx, dup)
-	}
 	if len(created) > 0 {
 		names := make([]string, len(created))
 		for i, p := range created {
