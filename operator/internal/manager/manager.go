@@ -159,6 +159,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if opts.RetryPeriod > 0 {
 		mopts.RetryPeriod = &opts.RetryPeriod
 	}
+	if mopts.NewClient, err = newClient(); err != nil {
+		return nil, err
+	}
 	// Client latency and client-side throttling, for the Operator dashboard.
 	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRequestLatency, ctrlmetrics.MetricRateLimiterLatency)
 	mgr, err := ctrl.NewManager(cfg, mopts)
