@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/dashboards"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // TestGeneratedFilesAreCurrent fails when the committed JSON or
@@ -233,16 +234,17 @@ func TestDashboardSchema(t *testing.T) {
 	}
 }
 
+// promtool is the one `make testbed-binaries` builds into the cache.
 func promtool(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("promtool")
+	m, err := binaries.LookupMonitoring(t.Context(), binaries.Options{})
 	if err != nil {
 		if testing.Short() {
-			t.Skip("promtool not installed (apt-get install prometheus); required without -short")
+			t.Skipf("%v; required without -short", err)
 		}
-		t.Fatal("promtool not installed: apt-get install --no-install-recommends prometheus")
+		t.Fatal(err)
 	}
-	return path
+	return m.Promtool
 }
 
 // TestRules runs promtool over the rule files and their unit tests, and

@@ -37,7 +37,7 @@ import (
 const liveFleet = "dgx-h100=3,dgx-a100=1"
 
 // TestQueriesOnTestbed proves every dashboard query has data: Prometheus and
-// a Pushgateway (Debian's packages) run on loopback with the shipped local
+// a Pushgateway (built into the cache by make testbed-binaries) run on loopback with the shipped local
 // scrape config and rules, scraping the local testbed's Volcano scheduler
 // and agent and the operator binary, while the conformance
 // suite's latency feature runs against the testbed and pushes its results.
@@ -49,12 +49,12 @@ func TestQueriesOnTestbed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up the local testbed, Prometheus and a Pushgateway; skipped with -short")
 	}
-	for _, bin := range []string{"prometheus", "prometheus-pushgateway"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s not installed: apt-get install --no-install-recommends prometheus prometheus-pushgateway", bin)
-		}
-	}
 	ctx := t.Context()
+	// Built by `make testbed-binaries`, like the testbed's own binaries.
+	monitoring, err := binaries.LookupMonitoring(ctx, binaries.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	root, err := binaries.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestQueriesOnTestbed(t *testing.T) {
 		"--metrics-bind-address="+operatorAddr, "--metrics-secure=false", "--health-probe-bind-address=0",
 		"--leader-elect", "--leader-election-namespace=default")
 	pushAddr := freeAddr(t)
-	startProcess(t, tmp, "pushgateway", "prometheus-pushgateway", "--web.listen-address="+pushAddr)
+	startProcess(t, tmp, "pushgateway", monitoring.Pushgateway, "--web.listen-address="+pushAddr)
 
 	// The shipped config and rules, with this run's targets.
 	promDir := filepath.Join(tmp, "prometheus")
@@ -131,7 +131,7 @@ func TestQueriesOnTestbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	prom := &promAPI{base: "http://" + freeAddr(t)}
-	startProcess(t, tmp, "prometheus", "prometheus",
+	startProcess(t, tmp, "prometheus", monitoring.Prometheus,
 		"--config.file="+filepath.Join(promDir, "local", "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(tmp, "tsdb"),
 		"--web.listen-address="+strings.TrimPrefix(prom.base, "http://"))

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpulab/gpulab/testbeds/internal/filelock"
 )
 
 // Versions of the third-party components. They move together: Volcano's CRDs
@@ -121,7 +123,12 @@ func (c component) dir(cache string) string {
 	return filepath.Join(cache, "bin", c.name+"-"+c.version)
 }
 
-var components = []component{etcd, kubernetes, kwok, volcano}
+// components make up the testbed; monitoringComponents are the Prometheus
+// tools the dashboards are checked with, which a testbed does not need.
+var (
+	components           = []component{etcd, kubernetes, kwok, volcano}
+	monitoringComponents = []component{prometheus, pushgateway}
+)
 
 // Ensure builds whatever is missing from the cache and returns the full Set.
 func Ensure(ctx context.Context, opts Options) (*Set, error) {
@@ -130,12 +137,37 @@ func Ensure(ctx context.Context, opts Options) (*Set, error) {
 		return nil, err
 	}
 	b := &builder{opts: opts}
-	for _, c := range components {
-		if err := b.ensure(ctx, c); err != nil {
-			return nil, err
-		}
+	if err := b.ensureAll(ctx, components); err != nil {
+		return nil, err
 	}
 	return b.set(ctx)
+}
+
+// ensureAll builds the missing components under the cache's build lock:
+// two processes building one component would share (and delete) each
+// other's .partial folder.
+func (b *builder) ensureAll(ctx context.Context, cs []component) error {
+	missing := false
+	for _, c := range cs {
+		missing = missing || !b.built(c)
+	}
+	if !missing {
+		return nil
+	}
+	lock, err := filelock.Acquire(ctx, filepath.Join(b.opts.CacheDir, "bin", ".build.lock"),
+		fmt.Sprintf("pid %d building", os.Getpid()), func(heldBy string) {
+			fmt.Fprintf(b.opts.Log, "waiting for another build in %s (%s)\n", b.opts.CacheDir, heldBy)
+		})
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	for _, c := range cs {
+		if err := b.ensure(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Lookup returns the Set if every binary is already built, without building.
@@ -147,10 +179,14 @@ func Lookup(ctx context.Context, opts Options) (*Set, error) {
 	b := &builder{opts: opts}
 	for _, c := range components {
 		if !b.built(c) {
-			return nil, fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/local/cmd/gpulab-testbed build`)", c.name, c.version, opts.CacheDir)
+			return nil, notBuilt(c, opts.CacheDir)
 		}
 	}
 	return b.set(ctx)
+}
+
+func notBuilt(c component, cacheDir string) error {
+	return fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/local/cmd/gpulab-testbed build`)", c.name, c.version, cacheDir)
 }
 
 // EnvtestAssets returns a folder holding only etcd and kube-apiserver, the
@@ -213,8 +249,12 @@ func (b *builder) ensure(ctx context.Context, c component) error {
 	return nil
 }
 
+func (b *builder) path(c component, bin string) string {
+	return filepath.Join(c.dir(b.opts.CacheDir), bin)
+}
+
 func (b *builder) set(ctx context.Context) (*Set, error) {
-	path := func(c component, bin string) string { return filepath.Join(c.dir(b.opts.CacheDir), bin) }
+	path := b.path
 	volcanoDir, err := b.moduleDir(ctx, "volcano.sh/volcano", VolcanoVersion)
 	if err != nil {
 		return nil, err

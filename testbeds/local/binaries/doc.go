@@ -1,9 +1,12 @@
 // Package binaries builds the local testbed's third-party programs (etcd,
-// the Kubernetes control plane, kwok and Volcano) from the Go module proxy,
-// because no download site is reachable from where gpulab runs.
+// the Kubernetes control plane, kwok and Volcano) and the Prometheus tools
+// the dashboards are checked with (Prometheus, promtool, the Pushgateway)
+// from the Go module proxy, because no download site is reachable from
+// where gpulab runs.
 //
 // Each component is built once into <cache>/bin/<component>-<version>/ and
 // reused until its version changes. A build writes into a temporary folder
 // that is renamed into place only when every binary of the component is
-// built, so an interrupted build never leaves a half-built set behind.
+// built, so an interrupted build never leaves a half-built set behind; a
+// lock file in <cache>/bin keeps two processes from building at once.
 package binaries
