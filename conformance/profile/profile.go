@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -169,7 +170,18 @@ func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading --kubeconfig %s: %w", opts.Kubeconfig, err)
+	}
+	// Talk to the API server first, so a wrong address or credentials
+	// read as such and not as missing CRDs.
+	probe := rest.CopyConfig(cfg)
+	probe.Timeout = probeTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(probe)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", opts.Kubeconfig, err)
+	}
+	if _, err := dc.ServerVersion(); err != nil {
+		return nil, fmt.Errorf("cannot talk to the API server at %s (--kubeconfig %s): %w", cfg.Host, opts.Kubeconfig, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
 	if err != nil {
@@ -177,8 +189,13 @@ func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	var missing []string
 	for _, crd := range []string{"gpuclusters.gpulab.io", "gpuinventories.gpulab.io", "podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"} {
-		if err := c.Get(ctx, client.ObjectKey{Name: crd}, &apiextensionsv1.CustomResourceDefinition{}); err != nil {
+		err := c.Get(ctx, client.ObjectKey{Name: crd}, &apiextensionsv1.CustomResourceDefinition{})
+		switch {
+		case apierrors.IsNotFound(err):
 			missing = append(missing, crd)
+		case err != nil:
+			// Forbidden, a timeout: not evidence that it is missing.
+			return nil, fmt.Errorf("checking CRD %s: %w", crd, err)
 		}
 	}
 	if len(missing) > 0 {
@@ -186,6 +203,10 @@ func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	return &Environment{Profile: "cluster", Config: cfg, Client: c}, nil
 }
+
+// probeTimeout bounds the first request to a cluster: an address that
+// drops packets would otherwise hang the run.
+const probeTimeout = 15 * time.Second
 
 // setupKind creates a kind cluster with Volcano and gpulab installed
 // (testbeds/kind; needs Docker), then checks it like an existing cluster.

@@ -1,0 +1,88 @@
+package profile
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func kubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, server)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fakeAPIServer serves discovery for CRDs and answers every CRD read with
+// crdStatus.
+func fakeAPIServer(t *testing.T, crdStatus int) string {
+	t.Helper()
+	reply := func(body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, body)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/version", reply(`{"major":"1","minor":"37","gitVersion":"v1.37.2"}`))
+	mux.HandleFunc("/api", reply(`{"kind":"APIVersions","versions":["v1"]}`))
+	mux.HandleFunc("/apis", reply(`{"kind":"APIGroupList","apiVersion":"v1","groups":[{"name":"apiextensions.k8s.io",
+		"versions":[{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}}]}`))
+	mux.HandleFunc("/apis/apiextensions.k8s.io/v1", reply(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"apiextensions.k8s.io/v1",
+		"resources":[{"name":"customresourcedefinitions","singularName":"customresourcedefinition","namespaced":false,"kind":"CustomResourceDefinition","verbs":["get","list"]}]}`))
+	mux.HandleFunc("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/", func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/")
+		reason := map[int]string{http.StatusNotFound: "NotFound", http.StatusForbidden: "Forbidden"}[crdStatus]
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(crdStatus)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d,"message":"customresourcedefinitions %s: %s",
+			"details":{"name":%q,"group":"apiextensions.k8s.io","kind":"customresourcedefinitions"}}`, reason, crdStatus, name, strings.ToLower(reason), name)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestClusterProfileSaysWhatIsWrong: a kubeconfig that cannot be read, an
+// API server that cannot be reached and CRDs that cannot be read are each
+// reported as such; only CRDs the server says are absent are "missing".
+func TestClusterProfileSaysWhatIsWrong(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "https://" + l.Addr().String()
+	l.Close()
+	for name, tc := range map[string]struct {
+		kubeconfig string
+		want       string
+		notWant    string
+	}{
+		"unreadable":    {kubeconfig: filepath.Join(t.TempDir(), "no-such-kubeconfig"), want: "reading --kubeconfig"},
+		"unreachable":   {kubeconfig: kubeconfig(t, closed), want: "cannot talk to the API server at " + closed},
+		"CRDs missing":  {kubeconfig: kubeconfig(t, fakeAPIServer(t, http.StatusNotFound)), want: "the cluster lacks [gpuclusters.gpulab.io"},
+		"CRDs readable": {kubeconfig: kubeconfig(t, fakeAPIServer(t, http.StatusForbidden)), want: "checking CRD gpuclusters.gpulab.io", notWant: "lacks"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Setup(context.Background(), Options{Profile: "cluster", Kubeconfig: tc.kubeconfig})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.notWant != "" && strings.Contains(err.Error(), tc.notWant)) {
+				t.Fatalf("Setup = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
