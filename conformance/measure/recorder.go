@@ -1,7 +1,8 @@
 // Package measure observes a run from the client side, through watches, and
 // never from the operator's own claims: per-cluster phase timestamps, gangs
-// seen partially bound, and duplicate pods. It also scrapes Prometheus text
-// metrics for before/after deltas.
+// seen partially bound, duplicate pods, pods created while their PodGroup
+// did not exist, and statuses that claim Ready before the pods are. It also
+// scrapes Prometheus text metrics for before/after deltas.
 package measure
 
 import (
@@ -9,10 +10,12 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -21,6 +24,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/poll"
 )
 
 // Timeline is what the watches saw of one GPUCluster.
@@ -31,26 +35,59 @@ type Timeline struct {
 	AllBound    time.Time // all desired pods first seen bound
 	PodsReady   time.Time // all desired pods first seen Ready
 	StatusReady time.Time // status.phase Ready first seen
-	Desired     int
+	// Desired is the pod count the spec asks for (head + Σ replicas), or
+	// what Expect said before the GPUCluster was seen.
+	Desired int
+	// Pods is how many of the cluster's pod slots hold a live pod now.
+	Pods int
 
-	pods     map[string]*podState // by pod name
-	partial  time.Time            // start of the current partial binding
-	maxSplit time.Duration        // longest partial binding seen
-	// tearing is set once the cluster's pods are being deleted: a gang
-	// shrinking to nothing is not a partial placement.
-	tearing bool
-	// pgRV and firstPodRV are the creation revisions of the PodGroup and of
-	// the earliest pod, from their ADDED watch events: the watch starts
-	// before the cluster exists, so an ADDED event carries the revision the
-	// object was created at, and one etcd orders them.
-	pgRV, firstPodRV int64
-	firstPod         string
+	pods map[string]*podState // by pod name
+	// The partial-binding detector: a gang with some but not all of its
+	// slots bound, for longer than the grace, was placed partly.
+	partial  time.Time     // start of the current partial binding
+	maxSplit time.Duration // longest partial binding seen
+	bound    int           // bound slots at the last update
+	sizedFor int           // Desired at the last update
+	// disrupted is set when bound pods go away (deletion, exit) or the
+	// gang is resized: a gang shrinking is not a partial placement. It
+	// clears once the gang is whole again or has nothing bound, so the
+	// detector is back on for the rest of the run.
+	disrupted bool
+
+	// Creation order, by etcd revision: one etcd orders pods, PodGroups
+	// and GPUClusters, and the watches start before the cluster exists,
+	// so an ADDED event carries the revision the object was created at
+	// and a DELETED event the revision it was deleted at.
+	podGroups  []podGroupLife
+	created    map[string]podCreation // by pod UID
+	deletedRV  int64                  // the GPUCluster deleted (or given a deletionTimestamp)
+	claimRV    int64                  // status first claimed Ready
+	claimAt    time.Time
+	allReadyRV int64 // every desired slot first seen Ready (the latest of their Ready revisions)
+	ready      int   // Ready slots at the last update
 }
 
 type podState struct {
-	uid   string
-	bound bool
-	ready bool
+	uid     string
+	slot    string // cluster/group/index
+	bound   bool
+	ready   bool
+	readyRV int64 // revision of the event that first showed it Ready
+}
+
+// podGroupLife is one PodGroup object's existence, in revisions.
+type podGroupLife struct {
+	created, deleted int64 // deleted is 0 while it exists
+	// deletedUnknown: the watch missed the deletion (a relist), so when it
+	// happened is not known and pods after it are not judged.
+	deletedUnknown bool
+}
+
+type podCreation struct {
+	name    string
+	rv      int64
+	grouped bool // names a PodGroup (scheduling.k8s.io/group-name)
+	seen    time.Time
 }
 
 // Violation is a broken invariant the recorder saw.
@@ -68,26 +105,50 @@ type RecorderInput struct {
 	// PartialGrace is how long a gang may be seen partly bound: the binder
 	// binds a gang's pods one API call at a time, so an observer sees a
 	// few milliseconds of partial binding even when the decision was
-	// all-or-nothing. Default 2 s (two Volcano schedule periods).
+	// all-or-nothing. It is also how long evidence may lag between two
+	// watches (a pod's event arriving after its PodGroup's, or after the
+	// status that counted it) before a verdict that depends on it is
+	// final. Default 2 s (two Volcano schedule periods).
 	PartialGrace time.Duration
 }
 
 // Recorder watches one namespace.
 type Recorder struct {
-	in         RecorderInput
-	mu         sync.Mutex
-	clusters   map[string]*Timeline
-	live       map[string]string // "cluster/group/index" → pod UID
+	in       RecorderInput
+	mu       sync.Mutex
+	clusters map[string]*Timeline
+	// live holds the UIDs of the live pods in each "cluster/group/index" slot.
+	live       map[string]map[string]bool
 	violations []Violation
-	cancel     context.CancelFunc
+	// The last revision each watch delivered: a watch delivers in revision
+	// order, so what it has shown of any earlier revision is final.
+	podRV, podGroupRV, clusterRV int64
+	// changed is closed and replaced on every event, for WaitFor.
+	changed chan struct{}
+	cancel  context.CancelFunc
+}
+
+type eventKind int
+
+const (
+	added eventKind = iota
+	updated
+	deleted
+	// deletedUnknown is a deletion the watch missed: the object is its last
+	// state seen, not its state at deletion.
+	deletedUnknown
+)
+
+func newRecorder(in RecorderInput) *Recorder {
+	if in.PartialGrace == 0 {
+		in.PartialGrace = 2 * time.Second
+	}
+	return &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]map[string]bool{}, changed: make(chan struct{}), cancel: func() {}}
 }
 
 // Start begins watching; Stop ends it.
 func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
-	if in.PartialGrace == 0 {
-		in.PartialGrace = 2 * time.Second
-	}
-	r := &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]string{}}
+	r := newRecorder(in)
 	c, err := cache.New(in.Config, cache.Options{Scheme: in.Scheme, DefaultNamespaces: map[string]cache.Config{in.Namespace: {}}})
 	if err != nil {
 		return nil, err
@@ -100,16 +161,14 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 			return nil, err
 		}
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: func(o any) {
-				r.added(o)
-				r.observe(o, false)
-			},
-			UpdateFunc: func(_, o any) { r.observe(o, false) },
+			AddFunc:    func(o any) { r.event(o, added, time.Now()) },
+			UpdateFunc: func(_, o any) { r.event(o, updated, time.Now()) },
 			DeleteFunc: func(o any) {
 				if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-					o = d.Obj
+					r.event(d.Obj, deletedUnknown, time.Now())
+					return
 				}
-				r.observe(o, true)
+				r.event(o, deleted, time.Now())
 			},
 		}); err != nil {
 			r.cancel()
@@ -127,7 +186,8 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 // Stop ends the watches.
 func (r *Recorder) Stop() { r.cancel() }
 
-// Expect registers a cluster about to be created with its desired pod count.
+// Expect registers a cluster about to be created with its desired pod
+// count; the GPUCluster's spec, once seen, is the authority.
 func (r *Recorder) Expect(name string, desired int, created time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -138,108 +198,153 @@ func (r *Recorder) Expect(name string, desired int, created time.Time) {
 func (r *Recorder) timeline(name string) *Timeline {
 	t, ok := r.clusters[name]
 	if !ok {
-		t = &Timeline{pods: map[string]*podState{}}
+		t = &Timeline{pods: map[string]*podState{}, created: map[string]podCreation{}}
 		r.clusters[name] = t
 	}
 	return t
 }
 
-// added records creation revisions for the PodGroup-before-pods check.
-func (r *Recorder) added(o any) {
+// event applies one watch event.
+func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 	obj, ok := o.(client.Object)
 	if !ok {
 		return
 	}
-	name := obj.GetLabels()[gpulabv1alpha1.ClusterLabel]
-	rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
-	if name == "" || err != nil {
-		return
-	}
+	rv, _ := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := r.timeline(name)
-	switch o.(type) {
+	defer r.notify()
+	switch obj := obj.(type) {
 	case *schedulingv1beta1.PodGroup:
-		if t.pgRV == 0 {
-			t.pgRV = rv
-		}
-	case *corev1.Pod:
-		if t.firstPodRV == 0 || rv < t.firstPodRV {
-			t.firstPodRV, t.firstPod = rv, obj.GetName()
-		}
-	}
-}
-
-func (r *Recorder) observe(o any, deleted bool) {
-	now := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch obj := o.(type) {
-	case *schedulingv1beta1.PodGroup:
-		name := obj.Labels[gpulabv1alpha1.ClusterLabel]
-		if t := r.timeline(name); name != "" && !deleted && t.PodGroup.IsZero() {
-			t.PodGroup = now
+		r.podGroupRV = max(r.podGroupRV, rv)
+		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; name != "" {
+			r.observePodGroup(r.timeline(name), kind, rv, now)
 		}
 	case *gpulabv1alpha1.GPUCluster:
-		if t := r.timeline(obj.Name); !deleted && obj.Status.Phase == gpulabv1alpha1.ClusterReady && t.StatusReady.IsZero() {
-			t.StatusReady = now
-		}
+		r.clusterRV = max(r.clusterRV, rv)
+		r.observeCluster(r.timeline(obj.Name), obj, kind, rv, now)
 	case *corev1.Pod:
-		r.observePod(obj, deleted, now)
+		r.podRV = max(r.podRV, rv)
+		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; name != "" {
+			r.observePod(name, r.timeline(name), obj, kind, rv, now)
+		}
 	}
 }
 
-func (r *Recorder) observePod(p *corev1.Pod, deleted bool, now time.Time) {
-	name := p.Labels[gpulabv1alpha1.ClusterLabel]
-	if name == "" {
+func (r *Recorder) notify() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *Recorder) observePodGroup(t *Timeline, kind eventKind, rv int64, now time.Time) {
+	switch kind {
+	case added:
+		t.podGroups = append(t.podGroups, podGroupLife{created: rv})
+		if t.PodGroup.IsZero() {
+			t.PodGroup = now
+		}
+	case deleted, deletedUnknown:
+		if n := len(t.podGroups); n > 0 && t.podGroups[n-1].deleted == 0 {
+			t.podGroups[n-1].deleted, t.podGroups[n-1].deletedUnknown = rv, kind == deletedUnknown
+		}
+	}
+}
+
+func (r *Recorder) observeCluster(t *Timeline, gc *gpulabv1alpha1.GPUCluster, kind eventKind, rv int64, now time.Time) {
+	if kind == deleted || kind == deletedUnknown || !gc.DeletionTimestamp.IsZero() {
+		if t.deletedRV == 0 {
+			t.deletedRV = rv
+		}
 		return
 	}
-	t := r.timeline(name)
+	desired := 1
+	for _, g := range gc.Spec.WorkerGroups {
+		desired += int(g.Replicas)
+	}
+	t.Desired = desired
+	if gc.Status.Phase == gpulabv1alpha1.ClusterReady && t.StatusReady.IsZero() {
+		t.StatusReady = now
+	}
+	claims := gc.Status.Phase == gpulabv1alpha1.ClusterReady || meta.IsStatusConditionTrue(gc.Status.Conditions, gpulabv1alpha1.ConditionReady)
+	if claims && t.claimRV == 0 {
+		t.claimRV, t.claimAt = rv, now
+	}
+	r.update(t, now)
+}
+
+func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind eventKind, rv int64, now time.Time) {
+	uid := string(p.UID)
+	if _, seen := t.created[uid]; !seen && kind == added {
+		t.created[uid] = podCreation{name: p.Name, rv: rv, grouped: p.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] != "", seen: now}
+	}
 	slot := name + "/" + p.Labels[gpulabv1alpha1.GroupLabel] + "/" + p.Labels[gpulabv1alpha1.IndexLabel]
-	gone := deleted || !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
+	gone := kind == deleted || kind == deletedUnknown || !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 	if gone {
-		if deleted || !p.DeletionTimestamp.IsZero() {
-			t.tearing = true
+		if s, ok := t.pods[p.Name]; ok && s.uid == uid {
+			delete(t.pods, p.Name)
 		}
-		delete(t.pods, p.Name)
-		if r.live[slot] == string(p.UID) {
-			delete(r.live, slot)
-		}
+		delete(r.live[slot], uid)
 	} else {
-		if uid, ok := r.live[slot]; ok && uid != string(p.UID) {
-			r.violations = append(r.violations, Violation{Cluster: name, At: now,
-				What: fmt.Sprintf("duplicate pod for %s: %s (uid %s) while uid %s is alive", slot, p.Name, p.UID, uid)})
+		if !r.live[slot][uid] {
+			for other := range r.live[slot] {
+				r.violations = append(r.violations, Violation{Cluster: name, At: now,
+					What: fmt.Sprintf("duplicate pod for %s: %s (uid %s) while uid %s is alive", slot, p.Name, p.UID, other)})
+				break
+			}
+			if r.live[slot] == nil {
+				r.live[slot] = map[string]bool{}
+			}
+			r.live[slot][uid] = true
 		}
-		r.live[slot] = string(p.UID)
-		t.pods[p.Name] = &podState{uid: string(p.UID), bound: p.Spec.NodeName != "", ready: podReady(p)}
+		s := &podState{uid: uid, slot: slot, bound: p.Spec.NodeName != "", ready: podReady(p)}
+		if prev := t.pods[p.Name]; s.ready && prev != nil && prev.uid == uid && prev.ready {
+			s.readyRV = prev.readyRV
+		} else if s.ready {
+			s.readyRV = rv
+		}
+		t.pods[p.Name] = s
 	}
 	r.update(t, now)
 }
 
 // update advances a cluster's milestones and the partial-binding detector.
+// It counts slots, not pods, so a duplicate in a slot does not make a gang
+// look whole.
 func (r *Recorder) update(t *Timeline, now time.Time) {
-	bound, ready := 0, 0
+	slots, bound, ready := map[string]bool{}, map[string]bool{}, map[string]int64{}
 	for _, s := range t.pods {
+		slots[s.slot] = true
 		if s.bound {
-			bound++
+			bound[s.slot] = true
 		}
-		if s.ready {
-			ready++
+		if rv, ok := ready[s.slot]; s.ready && (!ok || s.readyRV < rv) {
+			ready[s.slot] = s.readyRV
 		}
 	}
+	t.Pods, t.ready = len(slots), len(ready)
+	if len(bound) < t.bound || (t.sizedFor != 0 && t.Desired != t.sizedFor && t.bound > 0) {
+		t.disrupted = true
+	}
+	t.bound, t.sizedFor = len(bound), t.Desired
 	if t.Desired == 0 {
 		return
 	}
-	if len(t.pods) >= t.Desired && t.PodsCreated.IsZero() {
+	if t.bound == 0 || t.bound >= t.Desired {
+		t.disrupted = false
+	}
+	if len(slots) >= t.Desired && t.PodsCreated.IsZero() {
 		t.PodsCreated = now
 	}
-	if bound >= t.Desired && t.AllBound.IsZero() {
+	if t.bound >= t.Desired && t.AllBound.IsZero() {
 		t.AllBound = now
 	}
-	if ready >= t.Desired && t.PodsReady.IsZero() {
+	if len(ready) >= t.Desired && t.PodsReady.IsZero() {
 		t.PodsReady = now
+		for _, rv := range ready {
+			t.allReadyRV = max(t.allReadyRV, rv)
+		}
 	}
-	partial := bound > 0 && bound < t.Desired && !t.tearing
+	partial := t.bound > 0 && t.bound < t.Desired && !t.disrupted
 	switch {
 	case partial && t.partial.IsZero():
 		t.partial = now
@@ -249,27 +354,203 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 	}
 }
 
-// Violations returns the broken invariants seen so far, including gangs
-// that are, or were, partly bound for longer than the grace period.
+// Violations returns the broken invariants seen so far whose evidence is
+// complete: duplicate pods; gangs that are, or were, partly bound for
+// longer than the grace; pods created before their PodGroup, after it was
+// deleted, or with none ever appearing; statuses that claimed Ready before
+// every pod was seen Ready.
 func (r *Recorder) Violations() []Violation {
+	v, _ := r.judge(time.Now())
+	return v
+}
+
+// Pending describes the suspicions not yet decided either way: a partial
+// binding still within its grace, or a verdict waiting on a watch that may
+// lag. Settle waits for them.
+func (r *Recorder) Pending() []string {
+	_, p := r.judge(time.Now())
+	return p
+}
+
+// Settle waits until nothing is pending, so Violations is the whole verdict.
+func (r *Recorder) Settle(ctx context.Context, timeout time.Duration) error {
+	return poll.Until(ctx, timeout, func() (bool, string) {
+		p := r.Pending()
+		return len(p) == 0, strings.Join(p, "; ")
+	})
+}
+
+func (r *Recorder) judge(now time.Time) (out []Violation, pending []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := append([]Violation(nil), r.violations...)
-	now := time.Now()
-	for name, t := range r.clusters {
+	out = append(out, r.violations...)
+	grace := r.in.PartialGrace
+	names := make([]string, 0, len(r.clusters))
+	for name := range r.clusters {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t := r.clusters[name]
 		split := t.maxSplit
 		if !t.partial.IsZero() {
-			split = max(split, now.Sub(t.partial))
+			cur := now.Sub(t.partial)
+			split = max(split, cur)
+			if split <= grace {
+				pending = append(pending, fmt.Sprintf("gang %s partly bound for %s", name, cur.Round(time.Millisecond)))
+			}
 		}
-		if t.pgRV > 0 && t.firstPodRV > 0 && t.firstPodRV < t.pgRV {
-			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) before its PodGroup (revision %d): Volcano may bind part of the gang", t.firstPod, t.firstPodRV, t.pgRV)})
+		if split > grace {
+			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("gang %s was partly bound for %s (grace %s)", name, split.Round(time.Millisecond), grace)})
 		}
-		if split > r.in.PartialGrace {
-			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("gang %s was partly bound for %s (grace %s)", name, split.Round(time.Millisecond), r.in.PartialGrace)})
+		v, p := r.judgePodGroups(name, t, now)
+		out, pending = append(out, v...), append(pending, p...)
+		v, p = r.judgeReadyClaim(name, t, now)
+		out, pending = append(out, v...), append(pending, p...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, pending
+}
+
+type podGroupVerdict int
+
+const (
+	covered podGroupVerdict = iota
+	undecidable
+	beforePodGroup
+	afterPodGroupDeleted
+	noPodGroup
+)
+
+// coverage says whether a PodGroup existed at revision rv and, if not,
+// the revisions around the gap.
+func coverage(lives []podGroupLife, rv int64) (v podGroupVerdict, deletedAt, createdAt int64) {
+	for i, l := range lives {
+		if rv < l.created {
+			if i == 0 {
+				return beforePodGroup, 0, l.created
+			}
+			if lives[i-1].deletedUnknown {
+				return undecidable, 0, 0
+			}
+			return afterPodGroupDeleted, lives[i-1].deleted, l.created
+		}
+		if l.deleted == 0 || rv < l.deleted {
+			return covered, 0, 0
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
-	return out
+	if len(lives) == 0 {
+		return noPodGroup, 0, 0
+	}
+	if last := lives[len(lives)-1]; !last.deletedUnknown {
+		return afterPodGroupDeleted, last.deleted, 0
+	}
+	return undecidable, 0, 0
+}
+
+// judgePodGroups checks that a PodGroup existed when each of the cluster's
+// gang pods was created: a pod without its PodGroup can be bound on its own.
+func (r *Recorder) judgePodGroups(name string, t *Timeline, now time.Time) (out []Violation, pending []string) {
+	type offence struct {
+		pod                    podCreation
+		deletedAt, recreatedAt int64
+		n                      int
+	}
+	first := map[podGroupVerdict]*offence{}
+	for _, pc := range t.created {
+		if !pc.grouped || (t.deletedRV > 0 && pc.rv > t.deletedRV) {
+			// Not a gang member, or created after its cluster was deleted:
+			// garbage the collector removes with it.
+			continue
+		}
+		v, deletedAt, createdAt := coverage(t.podGroups, pc.rv)
+		if v == covered || v == undecidable {
+			continue
+		}
+		// Final once the PodGroup and GPUCluster watches have passed the
+		// pod's revision; until then a lagging event may still cover it.
+		if (r.podGroupRV <= pc.rv || r.clusterRV <= pc.rv) && now.Sub(pc.seen) <= r.in.PartialGrace {
+			pending = append(pending, fmt.Sprintf("pod %s: waiting for the PodGroup watch to pass revision %d", pc.name, pc.rv))
+			continue
+		}
+		o := first[v]
+		if o == nil {
+			o = &offence{}
+			first[v] = o
+		}
+		o.n++
+		if o.n == 1 || pc.rv < o.pod.rv {
+			o.pod, o.deletedAt, o.recreatedAt = pc, deletedAt, createdAt
+		}
+	}
+	more := func(o *offence) string {
+		if o.n > 1 {
+			return fmt.Sprintf(" (and %d more pods)", o.n-1)
+		}
+		return ""
+	}
+	if o := first[beforePodGroup]; o != nil {
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) before its PodGroup (revision %d)%s: Volcano may bind part of the gang",
+			o.pod.name, o.pod.rv, o.recreatedAt, more(o))})
+	}
+	if o := first[afterPodGroupDeleted]; o != nil {
+		recreated := "and was not recreated"
+		if o.recreatedAt > 0 {
+			recreated = fmt.Sprintf("and recreated at revision %d", o.recreatedAt)
+		}
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) after its PodGroup was deleted (revision %d) %s%s: Volcano may bind part of the gang",
+			o.pod.name, o.pod.rv, o.deletedAt, recreated, more(o))})
+	}
+	if o := first[noPodGroup]; o != nil {
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) and its PodGroup never appeared%s: Volcano cannot gang-schedule it",
+			o.pod.name, o.pod.rv, more(o))})
+	}
+	return out, pending
+}
+
+// judgeReadyClaim checks that the status first claimed Ready (phase Ready
+// or Ready=True) after the suite saw every desired pod Ready.
+func (r *Recorder) judgeReadyClaim(name string, t *Timeline, now time.Time) (out []Violation, pending []string) {
+	switch {
+	case t.claimRV == 0 || t.Desired == 0 || (t.allReadyRV > 0 && t.allReadyRV < t.claimRV):
+	case t.allReadyRV > t.claimRV:
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("GPUCluster %s status claimed Ready (revision %d) before every pod was Ready (revision %d)",
+			name, t.claimRV, t.allReadyRV)})
+	case r.podRV > t.claimRV || now.Sub(t.claimAt) > r.in.PartialGrace:
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("GPUCluster %s status claimed Ready (revision %d) while the suite had seen only %d of %d pods Ready",
+			name, t.claimRV, t.ready, t.Desired)})
+	default:
+		pending = append(pending, fmt.Sprintf("GPUCluster %s claims Ready: waiting for the pod watch to pass revision %d", name, t.claimRV))
+	}
+	return out, pending
+}
+
+// WaitFor returns once cond holds for the named cluster's timeline. It
+// checks on every event the watches deliver, not on a timer, so a caller
+// reacting to a moment (killing the operator mid-creation) reacts within
+// the watch latency.
+func (r *Recorder) WaitFor(ctx context.Context, timeout time.Duration, name string, cond func(Timeline) bool) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		ok := false
+		if t, found := r.clusters[name]; found {
+			ok = cond(*t)
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return fmt.Errorf("cluster %s: condition not met within %s", name, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Timelines copies every cluster's timeline.

@@ -1,0 +1,282 @@
+package measure
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// The detectors are fed recorded watch events; `now` is passed in, so a
+// grace period passes without sleeping.
+
+const grace = time.Second
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+// pod is a gang member in slot cluster/w/index, at revision rv, bound to
+// node ("" for pending), naming the cluster's PodGroup.
+func pod(cluster, index, uid, node string, rv int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: cluster + "-w-" + index, UID: types.UID(uid), ResourceVersion: strconv.Itoa(rv),
+			Labels: map[string]string{
+				gpulabv1alpha1.ClusterLabel: cluster, gpulabv1alpha1.GroupLabel: "w", gpulabv1alpha1.IndexLabel: index},
+			Annotations: map[string]string{schedulingv1beta1.KubeGroupNameAnnotationKey: cluster + "-pg"}},
+		Spec: corev1.PodSpec{NodeName: node},
+	}
+}
+
+func ready(p *corev1.Pod) *corev1.Pod {
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	return p
+}
+
+func podGroup(cluster string, rv int) *schedulingv1beta1.PodGroup {
+	return &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: cluster + "-pg", ResourceVersion: strconv.Itoa(rv),
+		Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster}}}
+}
+
+// gpuCluster has workers worker replicas (so workers+1 desired pods).
+func gpuCluster(name string, workers int32, rv int, phase gpulabv1alpha1.ClusterPhase) *gpulabv1alpha1.GPUCluster {
+	return &gpulabv1alpha1.GPUCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv)},
+		Spec:       gpulabv1alpha1.GPUClusterSpec{WorkerGroups: []gpulabv1alpha1.WorkerGroupSpec{{Name: "w", Replicas: workers}}},
+		Status:     gpulabv1alpha1.GPUClusterStatus{Phase: phase},
+	}
+}
+
+func newTestRecorder() *Recorder { return newRecorder(RecorderInput{PartialGrace: grace}) }
+
+// withPodGroups gives each cluster a PodGroup created before anything
+// else (revision 0), for tests about other invariants.
+func withPodGroups(r *Recorder, clusters ...string) *Recorder {
+	for _, c := range clusters {
+		r.event(podGroup(c, 0), added, t0)
+	}
+	return r
+}
+
+func violations(r *Recorder, now time.Time) []Violation {
+	v, _ := r.judge(now)
+	return v
+}
+
+func wantViolation(t *testing.T, v []Violation, cluster, what string) {
+	t.Helper()
+	if len(v) != 1 || v[0].Cluster != cluster || !strings.Contains(v[0].What, what) {
+		t.Fatalf("violations %v, want one for %s containing %q", v, cluster, what)
+	}
+}
+
+func TestPartialBindingDetector(t *testing.T) {
+	r := withPodGroups(newTestRecorder(), "g", "h")
+	r.Expect("g", 2, t0)
+	r.event(pod("g", "0", "a", "", 1), added, at(0))
+	r.event(pod("g", "1", "b", "", 2), added, at(0))
+	r.event(pod("g", "0", "a", "n0", 3), updated, at(10*time.Millisecond)) // binder binds the first pod...
+	r.event(pod("g", "1", "b", "n1", 4), updated, at(20*time.Millisecond)) // ...and the second at once
+	r.Expect("h", 2, t0)
+	r.event(pod("h", "0", "c", "n0", 5), added, at(0)) // one pod bound, the other never
+	if v, p := r.judge(at(grace / 2)); len(v) != 0 || len(p) != 1 {
+		t.Fatalf("within the grace: violations %v, pending %v; want h pending only", v, p)
+	}
+	wantViolation(t, violations(r, at(2*grace)), "h", "partly bound")
+	tl := r.Timelines()["g"]
+	if tl.PodsCreated.IsZero() || tl.AllBound.IsZero() || tl.AllBound.Before(tl.PodsCreated) {
+		t.Errorf("timeline %+v", tl)
+	}
+}
+
+// A gang torn down (its pods deleted one by one) is not partly bound; but
+// the detector is back on once nothing is bound, and a deleted pod that was
+// never bound does not switch it off at all.
+func TestPartialBindingAfterDeletions(t *testing.T) {
+	r := withPodGroups(newTestRecorder(), "g")
+	r.Expect("g", 2, t0)
+	r.event(pod("g", "0", "a", "n0", 1), added, at(0))
+	r.event(pod("g", "1", "b", "n1", 2), added, at(0))
+	r.event(pod("g", "0", "a", "n0", 3), deleted, at(time.Second))
+	r.event(pod("g", "1", "b", "n1", 4), deleted, at(5*time.Second)) // slow teardown, longer than the grace
+	if v := violations(r, at(10*time.Second)); len(v) != 0 {
+		t.Fatalf("a teardown was reported: %v", v)
+	}
+	// The gang comes back (a resume) and is bound partly.
+	r.event(pod("g", "0", "c", "n0", 5), added, at(20*time.Second))
+	r.event(pod("g", "1", "d", "", 6), added, at(20*time.Second))
+	wantViolation(t, violations(r, at(25*time.Second)), "g", "partly bound")
+
+	r = withPodGroups(newTestRecorder(), "h")
+	r.Expect("h", 2, t0)
+	r.event(pod("h", "0", "a", "", 1), added, at(0))
+	r.event(pod("h", "0", "a", "", 2), deleted, at(0)) // an unbound pod replaced
+	r.event(pod("h", "0", "b", "n0", 3), added, at(time.Second))
+	r.event(pod("h", "1", "c", "", 4), added, at(time.Second))
+	wantViolation(t, violations(r, at(5*time.Second)), "h", "partly bound")
+}
+
+// A cluster the suite never registered (a GPUJob's retry, another
+// client's) is judged from its spec.
+func TestPartialBindingOfUnregisteredCluster(t *testing.T) {
+	r := withPodGroups(newTestRecorder(), "job-2")
+	r.event(pod("job-2", "0", "a", "n0", 1), added, at(0)) // seen before its GPUCluster
+	r.event(gpuCluster("job-2", 1, 2, gpulabv1alpha1.ClusterScheduling), added, at(0))
+	r.event(pod("job-2", "1", "b", "", 3), added, at(0))
+	v := violations(r, at(5*time.Second))
+	wantViolation(t, v, "job-2", "partly bound")
+	if d := r.Timelines()["job-2"].Desired; d != 2 {
+		t.Errorf("desired %d, want 2 from the spec", d)
+	}
+}
+
+func TestDuplicatePodDetector(t *testing.T) {
+	r := withPodGroups(newTestRecorder(), "d")
+	r.Expect("d", 1, t0)
+	r.event(pod("d", "0", "a", "", 1), added, at(0))
+	// A replacement after the old pod is gone is fine.
+	r.event(pod("d", "0", "a", "", 2), deleted, at(0))
+	r.event(pod("d", "0", "b", "", 3), added, at(0))
+	if v := violations(r, at(0)); len(v) != 0 {
+		t.Fatalf("a replacement was reported: %v", v)
+	}
+	// A second live pod in the same slot (even under another name) is not,
+	// and is reported once however many events it has.
+	dup := pod("d", "0", "c", "", 4)
+	dup.Name = "d-w-0-dup"
+	r.event(dup, added, at(0))
+	r.event(dup, updated, at(0))
+	wantViolation(t, violations(r, at(0)), "d", "duplicate pod for d/w/0")
+	// The duplicate does not make the slot count twice.
+	if tl := r.Timelines()["d"]; tl.Pods != 1 {
+		t.Errorf("%d slots with a live pod, want 1", tl.Pods)
+	}
+}
+
+func TestPodsBeforePodGroupDetector(t *testing.T) {
+	r := newTestRecorder()
+	r.Expect("early", 1, t0)
+	r.event(pod("early", "0", "a", "", 100), added, at(0))
+	r.event(podGroup("early", 101), added, at(0))
+	r.Expect("ok", 1, t0)
+	r.event(podGroup("ok", 200), added, at(0))
+	r.event(pod("ok", "0", "b", "", 201), added, at(0))
+	r.event(gpuCluster("ok", 0, 202, gpulabv1alpha1.ClusterScheduling), updated, at(0))
+	wantViolation(t, violations(r, at(0)), "early", "before its PodGroup (revision 101)")
+}
+
+func TestPodGroupNeverAppears(t *testing.T) {
+	r := newTestRecorder()
+	r.Expect("lost", 1, t0)
+	r.event(pod("lost", "0", "a", "", 10), added, at(0))
+	// The PodGroup watch may lag the pod watch: not a verdict yet.
+	if v, p := r.judge(at(grace / 2)); len(v) != 0 || len(p) != 1 {
+		t.Fatalf("violations %v, pending %v; want one pending", v, p)
+	}
+	wantViolation(t, violations(r, at(2*grace)), "lost", "its PodGroup never appeared")
+
+	// A lagging PodGroup event that covers the pod clears the suspicion.
+	r = newTestRecorder()
+	r.event(podGroup("late", 9), added, at(grace/2))
+	r.event(pod("late", "0", "a", "", 10), added, at(0))
+	if v := violations(r, at(2*grace)); len(v) != 0 {
+		t.Fatalf("violations %v for a PodGroup created first", v)
+	}
+
+	// Pods of a default-scheduler cluster name no PodGroup.
+	r = newTestRecorder()
+	p := pod("plain", "0", "a", "", 10)
+	p.Annotations = nil
+	r.event(p, added, at(0))
+	if v := violations(r, at(2*grace)); len(v) != 0 {
+		t.Fatalf("violations %v for pods without a gang", v)
+	}
+}
+
+func TestPodAfterPodGroupDeletedDetector(t *testing.T) {
+	r := newTestRecorder()
+	r.Expect("g", 2, t0)
+	r.event(podGroup("g", 10), added, at(0))
+	r.event(pod("g", "0", "a", "", 11), added, at(0))
+	r.event(podGroup("g", 12), deleted, at(0))
+	r.event(pod("g", "1", "b", "", 13), added, at(0))
+	r.event(podGroup("g", 14), added, at(0))
+	r.event(gpuCluster("g", 1, 15, gpulabv1alpha1.ClusterScheduling), updated, at(0))
+	wantViolation(t, violations(r, at(0)), "g", "pod g-w-1 was created (revision 13) after its PodGroup was deleted (revision 12) and recreated at revision 14")
+
+	// The cluster's own deletion removes its PodGroup: a pod created after
+	// that is garbage, not a placement.
+	r = newTestRecorder()
+	r.event(podGroup("gone", 10), added, at(0))
+	r.event(pod("gone", "0", "a", "n0", 11), added, at(0))
+	r.event(gpuCluster("gone", 0, 12, ""), deleted, at(0))
+	r.event(podGroup("gone", 13), deleted, at(0))
+	r.event(pod("gone", "0", "a", "n0", 14), deleted, at(0))
+	r.event(pod("gone", "0", "b", "", 15), added, at(0))
+	if v := violations(r, at(5*time.Second)); len(v) != 0 {
+		t.Fatalf("violations %v for a pod created after its cluster was deleted", v)
+	}
+}
+
+func TestReadyClaimDetector(t *testing.T) {
+	// Honest: every pod Ready (revisions 5, 6) before the status says so (7).
+	r := newTestRecorder()
+	r.event(gpuCluster("ok", 1, 1, gpulabv1alpha1.ClusterScheduling), added, at(0))
+	r.event(podGroup("ok", 2), added, at(0))
+	r.event(pod("ok", "0", "a", "n0", 3), added, at(0))
+	r.event(pod("ok", "1", "b", "n1", 4), added, at(0))
+	r.event(ready(pod("ok", "0", "a", "n0", 5)), updated, at(0))
+	// The status event arrives before the pod watch delivers revision 6.
+	r.event(gpuCluster("ok", 1, 7, gpulabv1alpha1.ClusterReady), updated, at(0))
+	if v, p := r.judge(at(grace / 2)); len(v) != 0 || len(p) != 1 {
+		t.Fatalf("violations %v, pending %v; want the claim pending on the pod watch", v, p)
+	}
+	r.event(ready(pod("ok", "1", "b", "n1", 6)), updated, at(grace/2))
+	if v, p := r.judge(at(2 * grace)); len(v) != 0 || len(p) != 0 {
+		t.Fatalf("violations %v, pending %v for an honest Ready", v, p)
+	}
+
+	// Early: Ready claimed (3) before the pods were bound, let alone Ready (6, 7).
+	r = newTestRecorder()
+	r.event(podGroup("early", 1), added, at(0))
+	r.event(pod("early", "0", "a", "", 2), added, at(0))
+	r.event(gpuCluster("early", 1, 3, gpulabv1alpha1.ClusterReady), updated, at(0))
+	r.event(pod("early", "1", "b", "", 4), added, at(0))
+	r.event(ready(pod("early", "0", "a", "n0", 6)), updated, at(0))
+	r.event(ready(pod("early", "1", "b", "n1", 7)), updated, at(0))
+	wantViolation(t, violations(r, at(0)), "early", "claimed Ready (revision 3) before every pod was Ready (revision 7)")
+
+	// Ready=True alone is a claim, and pods never Ready are evidence once
+	// the grace passes.
+	r = withPodGroups(newTestRecorder(), "cond")
+	gc := gpuCluster("cond", 1, 3, gpulabv1alpha1.ClusterProvisioning)
+	gc.Status.Conditions = []metav1.Condition{{Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionTrue}}
+	r.event(pod("cond", "0", "a", "", 2), added, at(0))
+	r.event(gc, updated, at(0))
+	wantViolation(t, violations(r, at(2*grace)), "cond", "claimed Ready (revision 3) while the suite had seen only 0 of 2 pods Ready")
+}
+
+func TestWaitForReactsToEvents(t *testing.T) {
+	r := newTestRecorder()
+	r.Expect("w", 2, t0)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.WaitFor(context.Background(), time.Minute, "w", func(tl Timeline) bool { return tl.Pods > 0 })
+	}()
+	r.event(pod("w", "0", "a", "", 1), added, time.Now())
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WaitFor(context.Background(), 10*time.Millisecond, "w", func(tl Timeline) bool { return tl.Pods > 1 }); err == nil {
+		t.Fatal("WaitFor returned for a condition that never held")
+	}
+}
