@@ -59,6 +59,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "--scale must be at least 1")
 		os.Exit(2)
 	}
+	// A zero or negative window would pass the gang checks without
+	// watching anything, and a zero timeout fail every wait at once.
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"--wait-window", *waitWindowFlag}, {"--ready-timeout", *readyFlag}} {
+		if d.value <= 0 {
+			fmt.Fprintf(os.Stderr, "%s must be positive, got %s\n", d.name, d.value)
+			os.Exit(2)
+		}
+	}
 	if *profileFlag == "cluster" && cfg.KubeconfigFile() == "" {
 		fmt.Fprintln(os.Stderr, "--profile=cluster needs --kubeconfig")
 		os.Exit(2)
