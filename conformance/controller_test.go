@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -61,15 +62,41 @@ func TestController(t *testing.T) {
 				fatalf(t, name, "%v", err)
 			}
 			holder := leaseHolder(ctx, s.c)
-			s.create(ctx, gpuCluster(s.ns, "crash", 16, 1))
-			// Kill as soon as the operator has started on the cluster.
-			_ = waitFor(ctx, 30*time.Second, func() (bool, string) {
-				tl := s.recorder.Timelines()["crash"]
-				return !tl.PodGroup.IsZero(), "no PodGroup yet"
-			})
+			if holder == "" {
+				fatalf(t, name, "the operator's lease has no holder while %s leads", leader.Name)
+			}
+			// Workers without GPUs, many of them: creating the gang takes
+			// several rounds of parallel creates, so a kill on the first
+			// pod lands while the rest are still to be made.
+			const workers = 48
+			desired := workers + 1
+			s.create(ctx, gpuCluster(s.ns, "crash", workers, 0))
+			// React to the first pod's watch event itself, not a poll.
+			if err := s.recorder.WaitFor(ctx, 30*time.Second, "crash", func(tl measure.Timeline) bool { return tl.Pods > 0 }); err != nil {
+				fatalf(t, name, "the operator never started creating pods: %v", err)
+			}
 			killed := time.Now()
 			if err := leader.Kill(); err != nil {
 				fatalf(t, name, "killing %s: %v", leader.Name, err)
+			}
+			// Bring the killed replica back as a follower for what follows,
+			// whatever this assessment concludes.
+			defer func() {
+				if err := leader.Start(ctx); err != nil {
+					failf(t, name, "restarting %s: %v", leader.Name, err)
+				}
+			}()
+			// No replica leads until the lease expires, so the pods that
+			// exist now are what the killed leader made: fewer than desired
+			// is the evidence that the kill interrupted creation.
+			var pods corev1.PodList
+			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
+				fatalf(t, name, "%v", err)
+			}
+			if n := len(pods.Items); n >= desired {
+				fatalf(t, name, "all %d pods existed when the leader was killed: the kill did not interrupt creation, so recovery was not tested", n)
+			} else {
+				t.Logf("leader killed with %d of %d pods created", n, desired)
 			}
 			if err := waitFor(ctx, time.Minute, func() (bool, string) {
 				h := leaseHolder(ctx, s.c)
@@ -81,18 +108,13 @@ func TestController(t *testing.T) {
 			measured(results.Value(name, "leader_failover", "seconds", failover.Seconds()))
 			s.waitReady(ctx, "crash", *readyFlag)
 			measured(results.Value(name, "kill_to_ready", "seconds", time.Since(killed).Seconds()))
-			var pods corev1.PodList
 			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
 				fatalf(t, name, "%v", err)
 			}
-			if len(pods.Items) != 17 {
-				failf(t, name, "%d pods after recovery, want 17", len(pods.Items))
+			if len(pods.Items) != desired {
+				failf(t, name, "%d pods after recovery, want %d", len(pods.Items), desired)
 			}
 			s.checkInvariants()
-			// Bring the killed replica back as a follower for what follows.
-			if err := leader.Start(ctx); err != nil {
-				failf(t, name, "restarting %s: %v", leader.Name, err)
-			}
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

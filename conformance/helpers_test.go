@@ -26,6 +26,7 @@ type scenario struct {
 	ns       string
 	c        client.Client
 	recorder *measure.Recorder
+	checked  bool
 }
 
 var nsSeq int
@@ -48,9 +49,14 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 	return s
 }
 
-// cleanup deletes the namespace and waits until its pods are gone, so the
-// next scenario finds the capacity free.
+// cleanup checks the invariants if the assessment stopped before it did
+// (a failed wait still leaves evidence worth reporting), then deletes the
+// namespace and waits until its pods are gone, so the next scenario finds
+// the capacity free.
 func (s *scenario) cleanup() {
+	if !s.checked {
+		s.checkInvariants()
+	}
 	s.recorder.Stop()
 	ctx := context.Background()
 	_ = s.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}})
@@ -126,10 +132,17 @@ func (s *scenario) delete(ctx context.Context, name string) {
 	}
 }
 
-// checkInvariants fails the feature for every duplicate pod and every gang
-// seen partly bound.
+// checkInvariants fails the feature for every broken invariant the
+// recorder saw: duplicate pods, gangs seen partly bound, pods created while
+// their PodGroup did not exist, a status that claimed Ready early. It first
+// lets pending verdicts (a partial binding within its grace, a lagging
+// watch) settle, so none is dropped for being early.
 func (s *scenario) checkInvariants() {
 	s.t.Helper()
+	s.checked = true
+	if err := s.recorder.Settle(context.Background(), 2*measure.DefaultPartialGrace+time.Second); err != nil {
+		failf(s.t, s.feature, "the recorder could not decide every invariant: %v", err)
+	}
 	for _, v := range s.recorder.Violations() {
 		failf(s.t, s.feature, "%s", v.What)
 	}
