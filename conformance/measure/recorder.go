@@ -108,9 +108,12 @@ type RecorderInput struct {
 	// all-or-nothing. It is also how long evidence may lag between two
 	// watches (a pod's event arriving after its PodGroup's, or after the
 	// status that counted it) before a verdict that depends on it is
-	// final. Default 2 s (two Volcano schedule periods).
+	// final. Default DefaultPartialGrace.
 	PartialGrace time.Duration
 }
+
+// DefaultPartialGrace is two Volcano schedule periods.
+const DefaultPartialGrace = 2 * time.Second
 
 // Recorder watches one namespace.
 type Recorder struct {
@@ -141,7 +144,7 @@ const (
 
 func newRecorder(in RecorderInput) *Recorder {
 	if in.PartialGrace == 0 {
-		in.PartialGrace = 2 * time.Second
+		in.PartialGrace = DefaultPartialGrace
 	}
 	return &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]map[string]bool{}, changed: make(chan struct{}), cancel: func() {}}
 }
