@@ -111,8 +111,12 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[rank-1]
 }
 
-// Passed says whether every feature that ran passed.
+// Passed says whether every feature that ran passed, and one did: a run
+// whose setup failed, or that matched nothing, tested nothing.
 func (r *Results) Passed() bool {
+	if len(r.Features) == 0 {
+		return false
+	}
 	for _, f := range r.Features {
 		if !f.Passed && !f.Skipped {
 			return false

@@ -79,6 +79,14 @@ func TestRoundTripAndReports(t *testing.T) {
 	}
 }
 
+// A run with no feature (its setup failed) did not pass.
+func TestEmptyRunDidNotPass(t *testing.T) {
+	r := &Results{SchemaVersion: SchemaVersion}
+	if r.Passed() || !strings.Contains(r.Markdown(), "FAILED") {
+		t.Errorf("a run with no feature passed:\n%s", r.Markdown())
+	}
+}
+
 func TestCompare(t *testing.T) {
 	base := &Results{Measurements: []Measurement{
 		Value("latency", "ready_p99", "seconds", 2.0),
