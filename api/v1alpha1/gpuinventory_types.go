@@ -55,23 +55,30 @@ type GPUInventoryStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// InventorySummary is a node's GPUs rolled up.
+// InventorySummary is a node's GPUs rolled up. The operator sizes gangs from
+// it, so the API server rejects summaries that cannot be true.
+//
+// +kubebuilder:validation:XValidation:rule="self.healthy <= self.count",message="summary.healthy must not exceed summary.count"
 type InventorySummary struct {
 	// Count is the number of GPUs.
+	// +kubebuilder:validation:Minimum=0
 	Count int32 `json:"count"`
 	// Healthy is the number of GPUs whose health is Healthy.
+	// +kubebuilder:validation:Minimum=0
 	Healthy int32 `json:"healthy"`
 	// Product is the GFD-style product name shared by the GPUs ("mixed" otherwise).
 	// +optional
 	Product string `json:"product,omitempty"`
 	// MemoryMiB is the smallest memory total among the GPUs.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	MemoryMiB int64 `json:"memoryMiB,omitempty"`
 }
 
 // GPUDevice is one physical GPU.
 type GPUDevice struct {
 	// Index is NVML's device index.
+	// +kubebuilder:validation:Minimum=0
 	Index int32 `json:"index"`
 	// UUID is the GPU's UUID (GPU-...).
 	// +optional
@@ -81,6 +88,7 @@ type GPUDevice struct {
 	Product string `json:"product,omitempty"`
 	// MemoryMiB is the total framebuffer memory.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	MemoryMiB int64 `json:"memoryMiB,omitempty"`
 	// ComputeCapability is major.minor (e.g. 9.0).
 	// +optional
