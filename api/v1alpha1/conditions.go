@@ -13,6 +13,10 @@ const (
 	ConditionComplete = "Complete"
 	// ConditionFailed: a GPUJob failed for good.
 	ConditionFailed = "Failed"
+	// ConditionReconcileSucceeded: GPUCluster and GPUJob — the last reconcile
+	// read and acted on everything it needed. False carries the error, so a
+	// failing read (capacity, pods) never leaves stale conditions silent.
+	ConditionReconcileSucceeded = "ReconcileSucceeded"
 )
 
 // Condition reasons.
@@ -37,6 +41,17 @@ const (
 	ReasonScanSucceeded = "ScanSucceeded"
 	// ReasonScanFailed: the agent's last NVML scan failed.
 	ReasonScanFailed = "ScanFailed"
+	// ReasonReconciled: the last reconcile completed without error.
+	ReasonReconciled = "Reconciled"
+	// ReasonReconcileError: the last reconcile failed; the message says why.
+	ReasonReconcileError = "ReconcileError"
+	// ReasonInvalidSpec: the spec passed the schema but cannot be built
+	// (e.g. gpus.container names no container of the template).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonNameConflict: a name the object needs for a child (pod, Service,
+	// PodGroup, GPUCluster, submitter Job) is held by an object it does not
+	// control; the child is left untouched and the message names its owner.
+	ReasonNameConflict = "NameConflict"
 )
 
 // GPUCluster conditions and reasons beyond the shared ones.
@@ -59,4 +74,21 @@ const (
 	ReasonHeadPodNotReady = "HeadPodNotReady"
 	// ReasonNotSuspended: spec.suspend is false.
 	ReasonNotSuspended = "NotSuspended"
+)
+
+// GPUJob reasons beyond the shared ones.
+const (
+	// ReasonClusterNotFound: the job's referenced GPUCluster does not exist.
+	ReasonClusterNotFound = "ClusterNotFound"
+	// ReasonClusterNotReady: the job's GPUCluster is not Ready yet.
+	ReasonClusterNotReady = "ClusterNotReady"
+	// ReasonClusterReady: the job's GPUCluster is Ready.
+	ReasonClusterReady = "ClusterReady"
+	// ReasonSubmitterSucceeded: the submitter Job completed.
+	ReasonSubmitterSucceeded = "SubmitterSucceeded"
+	// ReasonSubmitterFailed: the submitter Job failed (an attempt failed).
+	ReasonSubmitterFailed = "SubmitterFailed"
+	// ReasonSubmitterDeleted: the submitter Job disappeared before its
+	// verdict; the attempt counts as failed instead of running again.
+	ReasonSubmitterDeleted = "SubmitterDeleted"
 )

@@ -68,6 +68,8 @@ type GPUClusterSpec struct {
 }
 
 // HeadSpec describes the head pod.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.gpus) == has(oldSelf.gpus) && (!has(self.gpus) || self.gpus == oldSelf.gpus)",message="head.gpus is immutable: a running gang's pods must all have the GPUs they were placed with; create a new cluster instead"
 type HeadSpec struct {
 	// GPUs is the head's accelerator request; most heads need none.
 	// +optional
@@ -81,12 +83,17 @@ type HeadSpec struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.minReplicas <= self.replicas",message="minReplicas must not exceed replicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxReplicas) || self.replicas <= self.maxReplicas",message="replicas must not exceed maxReplicas"
+// +kubebuilder:validation:XValidation:rule="has(self.gpus) == has(oldSelf.gpus) && (!has(self.gpus) || self.gpus == oldSelf.gpus)",message="workerGroups[].gpus is immutable: a running gang's pods must all have the GPUs they were placed with; add a new group or create a new cluster instead"
 type WorkerGroupSpec struct {
-	// Name names the group; pods are <cluster>-<name>-<index>.
+	// Name names the group; pods are <cluster>-<name>-<index>. Letters and
+	// digits only: with no '-' in group names, a pod name splits into cluster,
+	// group and index one way only, so two clusters can never want one pod
+	// name (cluster "a" with group "x-w1" and cluster "a-x" with group "w1").
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=40
-	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9]*$`
 	// +kubebuilder:validation:XValidation:rule="self != 'head'",message="worker group name 'head' is reserved for the head pod"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('-')",message="worker group names may not contain '-': pod names are <cluster>-<group>-<index>, and a '-' in the group would let two clusters want the same pod name"
 	Name string `json:"name"`
 
 	// Replicas is the number of worker pods.
@@ -146,8 +153,10 @@ type GPURequest struct {
 	// +kubebuilder:validation:Minimum=1
 	MinMemoryMiB *int64 `json:"minMemoryMiB,omitempty"`
 
-	// Container names the container that receives the nvidia.com/gpu request.
-	// Defaults to the first container.
+	// Container names the container that receives the nvidia.com/gpu request;
+	// it must exist in the template (the operator fails the cluster with
+	// reason InvalidSpec otherwise: a schema rule over the containers list
+	// costs more than the API server allows). Defaults to the first container.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Container string `json:"container,omitempty"`
@@ -166,9 +175,11 @@ const (
 
 // SchedulingSpec selects the scheduler, queue and priority of a cluster's gang.
 type SchedulingSpec struct {
-	// Scheduler places the pods. Defaults to volcano.
+	// Scheduler places the pods. Defaults to volcano. Immutable: switching
+	// would leave the gang's PodGroup behind, or pods outside any gang.
 	// +optional
 	// +kubebuilder:default=volcano
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="scheduling.scheduler is immutable: switching schedulers would orphan the gang's PodGroup; create a new cluster instead"
 	Scheduler SchedulerName `json:"scheduler,omitempty"`
 
 	// Queue is the Volcano queue of the PodGroup. Defaults to "default".

@@ -9,4 +9,8 @@ const (
 	GroupLabel = "gpulab.io/group"
 	// IndexLabel is the pod's index within its group.
 	IndexLabel = "gpulab.io/index"
+	// PodTemplateHashAnnotation is a hash of a pod as the operator built it
+	// from the spec. A pod whose hash differs from the current spec's is
+	// out of date, and its whole gang is recreated.
+	PodTemplateHashAnnotation = "gpulab.io/pod-template-hash"
 )

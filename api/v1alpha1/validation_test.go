@@ -115,6 +115,8 @@ func TestGPUClusterValidation(t *testing.T) {
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Name = "head" }},
 		{name: "group name with capitals", message: "spec.workerGroups[0].name in body should match",
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Name = "Workers" }},
+		{name: "group name with a dash (pod names could collide across clusters)", message: "worker group names may not contain '-'",
+			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Name = "x-w1" }},
 		{name: "unknown scheduler", message: `supported values: "volcano", "default"`,
 			mutate: func(g *v1.GPUCluster) { g.Spec.Scheduling.Scheduler = "yunikorn" }},
 		{name: "head without containers", message: "spec.head.template.spec.containers: Required value",
@@ -125,6 +127,53 @@ func TestGPUClusterValidation(t *testing.T) {
 			obj := validCluster("case-" + string(rune('a'+i)))
 			tc.mutate(obj)
 			expectCreate(t, c, obj, tc.message)
+		})
+	}
+}
+
+// TestGPUClusterImmutableFields updates a stored cluster: what a running gang
+// depends on (scheduler, GPUs per pod) is refused with its message; what the
+// operator rolls out (templates, replicas, queue) is accepted.
+func TestGPUClusterImmutableFields(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		mutate  func(*v1.GPUCluster)
+		message string // empty: must be accepted
+	}{
+		{name: "scheduler", message: "scheduling.scheduler is immutable",
+			mutate: func(g *v1.GPUCluster) { g.Spec.Scheduling.Scheduler = v1.SchedulerDefault }},
+		{name: "worker GPUs per pod", message: "workerGroups[].gpus is immutable",
+			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs.PerPod = new(int32(8)) }},
+		{name: "worker GPUs removed", message: "workerGroups[].gpus is immutable",
+			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs = nil }},
+		{name: "head GPUs added", message: "head.gpus is immutable",
+			mutate: func(g *v1.GPUCluster) { g.Spec.Head.GPUs = &v1.GPURequest{PerPod: new(int32(1))} }},
+		{name: "worker template", mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Template.Spec.Containers[0].Image = "busybox:1.37" }},
+		{name: "replicas", mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Replicas = 3 }},
+		{name: "queue", mutate: func(g *v1.GPUCluster) { g.Spec.Scheduling.Queue = "research" }},
+		{name: "a new group", mutate: func(g *v1.GPUCluster) {
+			g.Spec.WorkerGroups = append(g.Spec.WorkerGroups, v1.WorkerGroupSpec{Name: "cpu", Replicas: 1, Template: podTemplate()})
+		}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := validCluster("immutable-" + string(rune('a'+i)))
+			if err := c.Create(ctx, obj); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			tc.mutate(obj)
+			err := c.Update(ctx, obj)
+			t.Logf("update %s: %v", obj.Name, err)
+			switch {
+			case tc.message == "" && err != nil:
+				t.Fatalf("allowed change rejected: %v", err)
+			case tc.message != "" && err == nil:
+				t.Fatalf("change accepted; want an error containing %q", tc.message)
+			case tc.message != "" && !strings.Contains(err.Error(), tc.message):
+				t.Fatalf("rejected with %q; want it to contain %q", err, tc.message)
+			}
 		})
 	}
 }

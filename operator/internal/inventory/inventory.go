@@ -31,10 +31,12 @@ type Node struct {
 	Healthy   int32
 }
 
-// Nodes builds the capacity view. Only Ready, schedulable nodes count. When
-// any GPUInventory exists, nodes without one count as having no GPUs (the
-// agent is the source of truth); otherwise allocatable nvidia.com/gpu and
-// the GFD labels stand in.
+// Nodes builds the capacity view. Only Ready, schedulable nodes count. A
+// node's GPUInventory, where its agent publishes one, is the truth for that
+// node (it knows which GPUs are sick); a node without one (the agent not
+// rolled out there yet, or not installed at all) counts from allocatable
+// nvidia.com/gpu and its GFD labels. fromInventory says every GPU node had
+// an inventory, so inventory watches alone report capacity changes.
 func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node) (view []Node, fromInventory bool) {
 	byName := make(map[string]*gpulabv1alpha1.GPUInventory, len(invs))
 	for i := range invs {
@@ -47,16 +49,15 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node) (view []Node
 			continue
 		}
 		var entry Node
-		if fromInventory {
-			inv, ok := byName[n.Name]
-			if !ok {
-				continue
-			}
+		if inv, ok := byName[n.Name]; ok {
 			entry = Node{Name: n.Name, Product: inv.Status.Summary.Product, MemoryMiB: inv.Status.Summary.MemoryMiB, Healthy: inv.Status.Summary.Healthy}
 		} else {
 			gpus := n.Status.Allocatable[GPUResource]
 			mem, _ := strconv.ParseInt(n.Labels[MemoryLabel], 10, 64)
 			entry = Node{Name: n.Name, Product: n.Labels[ProductLabel], MemoryMiB: mem, Healthy: int32(gpus.Value())}
+			if entry.Healthy > 0 {
+				fromInventory = false
+			}
 		}
 		if entry.Healthy > 0 {
 			view = append(view, entry)

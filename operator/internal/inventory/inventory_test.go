@@ -36,13 +36,20 @@ func inv(name, product string, healthy int32) gpulabv1alpha1.GPUInventory {
 
 func TestNodesPrefersInventory(t *testing.T) {
 	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, false)}
-	view, fromInv := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("c", h100, 8)}, nodes)
+	view, fromInv := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nodes)
 	if !fromInv {
 		t.Fatal("expected the inventory to be the source")
 	}
-	// b has no inventory (no agent) and c is NotReady: only a counts, with 7 healthy.
-	if len(view) != 1 || view[0].Name != "a" || view[0].Healthy != 7 {
-		t.Fatalf("view = %+v, want only node a with 7 healthy GPUs", view)
+	// c is NotReady: a and b count, a with the 7 healthy GPUs its agent reports.
+	if len(view) != 2 || view[0].Name != "a" || view[0].Healthy != 7 || view[1].Healthy != 8 {
+		t.Fatalf("view = %+v, want a with 7 and b with 8 healthy GPUs", view)
+	}
+	// A partial agent rollout: b has no inventory yet, so it counts from its
+	// allocatable instead of as zero GPUs, and watches alone no longer tell
+	// of every capacity change.
+	view, fromInv = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nodes)
+	if fromInv || len(view) != 2 || view[0].Healthy != 7 || view[1].Name != "b" || view[1].Healthy != 8 {
+		t.Fatalf("partial rollout view = %+v (from inventory %v), want a with 7 (inventory) and b with 8 (allocatable)", view, fromInv)
 	}
 	view, fromInv = Nodes(nil, nodes)
 	if fromInv || len(view) != 2 || view[0].Healthy != 8 || view[0].Product != h100 || view[0].MemoryMiB != 81559 {

@@ -15,6 +15,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 	"github.com/gpulab/gpulab/operator/internal/podgroup/resources"
 )
 
@@ -84,6 +85,10 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 	case err != nil:
 		return nil, false, fmt.Errorf("reading PodGroup %s: %w", key.Name, err)
 	}
+	// KubeRay's ray-<name>-pg or a Volcano Job's PodGroup may hold the name.
+	if err := ownership.Check("PodGroup", pg, cluster); err != nil {
+		return nil, false, err
+	}
 	if specEqual(pg.Spec, want) {
 		return observed(pg), false, nil
 	}
@@ -96,10 +101,21 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 
 // Release implements Gang: deleting the PodGroup frees what Volcano holds
 // for it in the queue (an Inqueue PodGroup keeps its minResources reserved).
+// Only a PodGroup this cluster controls is deleted, the one that was read.
 func (Volcano) Release(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster) error {
-	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: PodGroupName(cluster.Name)}}
-	err := c.Delete(ctx, pg)
+	pg := &schedulingv1beta1.PodGroup{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: PodGroupName(cluster.Name)}, pg)
 	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading PodGroup %s: %w", PodGroupName(cluster.Name), err)
+	}
+	if err := ownership.Check("PodGroup", pg, cluster); err != nil {
+		return err
+	}
+	err = c.Delete(ctx, pg, client.Preconditions{UID: &pg.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
 	return err

@@ -29,6 +29,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/inventory"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -161,16 +162,32 @@ type scope struct {
 	gang          scheduler.Gang
 	desired       *desiredState
 	fromInventory bool
-	pods          []corev1.Pod
-	podGroup      *gpulabv1alpha1.PodGroupStatus
+	// pods are the cluster's pods; podsListed says they were read, so
+	// status may count them (an empty list after a failed read is no
+	// observation).
+	pods       []corev1.Pod
+	podsListed bool
+	podGroup   *gpulabv1alpha1.PodGroupStatus
 	// gangErr is why the gang could not be ensured (e.g. Volcano absent).
 	gangErr error
+	// conflict is a child name held by an object this cluster does not control.
+	conflict error
+	// reconcileErr is what failed this reconcile, recorded on a condition.
+	reconcileErr error
+	// invalid is why the spec, though accepted by the schema, cannot be built.
+	invalid error
 }
+
+// recheckConflict is how often a cluster blocked by a foreign object under
+// one of its children's names looks again: the other object's deletion
+// wakes its own controller, not this cluster.
+const recheckConflict = 15 * time.Second
 
 // Reconcile drives one GPUCluster toward its spec: read, compute the desired
 // children in memory, act on the difference, then write status from what
-// was observed.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+// was observed. Status is written on every path, errors included, so
+// conditions never go stale behind a failing read.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result ctrl.Result, err error) {
 	cluster := &gpulabv1alpha1.GPUCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -185,30 +202,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 
 	s := &scope{cluster: cluster, gang: scheduler.For(cluster.Spec.Scheduling.Scheduler)}
+	defer func() {
+		if ownership.IsConflict(err) {
+			// A condition and an event, not a crash loop: nothing we can
+			// do changes the other object.
+			s.conflict = err
+			result, err = ctrl.Result{RequeueAfter: recheckConflict}, nil
+		}
+		s.reconcileErr = err
+		err = errors.Join(err, r.updateStatus(ctx, s))
+		if err != nil && namespaceTerminating(err) {
+			// The namespace is going away with the cluster: nothing to build.
+			result, err = ctrl.Result{}, nil
+		}
+	}()
+	return r.reconcile(ctx, s)
+}
+
+// reconcile reads what the cluster depends on, computes the desired
+// children and acts on the difference.
+func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.invalid = validateSpec(s.cluster); s.invalid != nil {
+		// Nothing can be built until the spec changes, which wakes us.
+		return ctrl.Result{}, nil
+	}
 	capacity, fromInventory, err := r.capacity(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	s.fromInventory = fromInventory
-	overheads, err := r.runtimeClassOverheads(ctx, cluster)
+	overheads, err := r.runtimeClassOverheads(ctx, s.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s.desired = buildDesired(cluster, capacity, overheads, s.gang)
-	if s.pods, err = r.listPods(ctx, cluster); err != nil {
+	if s.pods, err = r.listPods(ctx, s.cluster); err != nil {
 		return ctrl.Result{}, err
 	}
-
-	result, reconcileErr := r.reconcileChildren(ctx, s)
-	statusErr := r.updateStatus(ctx, s)
-	if err := errors.Join(reconcileErr, statusErr); err != nil {
-		if namespaceTerminating(err) {
-			// The namespace is going away with the cluster: nothing to build.
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	return result, nil
+	s.podsListed = true
+	s.desired = buildDesired(s.cluster, capacity, overheads, s.gang, s.pods)
+	return r.reconcileChildren(ctx, s)
 }
 
 // namespaceTerminating says whether err (possibly joined or wrapped) is the

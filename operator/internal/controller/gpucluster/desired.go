@@ -1,8 +1,12 @@
 package gpucluster
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,8 +62,9 @@ func podName(cluster string, g string, index int32) string {
 
 // buildDesired resolves GPU requests against capacity, builds every pod as
 // it will be created, sizes the gang from those pods and checks it fits.
-// overheads maps RuntimeClass names to their pod overhead.
-func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node, overheads map[string]corev1.ResourceList, gang scheduler.Gang) *desiredState {
+// overheads maps RuntimeClass names to their pod overhead; existing are the
+// cluster's pods, whose wholeNode GPU counts replacements keep.
+func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node, overheads map[string]corev1.ResourceList, gang scheduler.Gang, existing []corev1.Pod) *desiredState {
 	d := &desiredState{pods: map[string]*corev1.Pod{}}
 	d.groups = append(d.groups, group{
 		name: gpulabv1alpha1.HeadGroupName, replicas: 1, min: 1,
@@ -79,6 +84,11 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node,
 	for i := range d.groups {
 		g := &d.groups[i]
 		g.gpusPerPod = resolveGPUs(g.gpus, capacity)
+		if n, ok := placedWholeNodeGPUs(g, existing); ok {
+			// Fixed at gang creation: a replacement matches its peers even
+			// if a GPU of the fleet has turned sick since.
+			g.gpusPerPod = n
+		}
 		if g.gpus != nil {
 			demands = append(demands, inventory.Demand{Group: g.name, Selector: selector(g.gpus), GPUsPerPod: g.gpusPerPod, Pods: g.min})
 			if g.gpusPerPod == 0 {
@@ -140,6 +150,67 @@ func resolveGPUs(r *gpulabv1alpha1.GPURequest, capacity []inventory.Node) int32 
 	}
 }
 
+// validateSpec catches what the schema cannot afford to check: a
+// gpus.container that names no container of its template would otherwise
+// put the GPUs on another container silently.
+func validateSpec(cluster *gpulabv1alpha1.GPUCluster) error {
+	check := func(path string, r *gpulabv1alpha1.GPURequest, t *corev1.PodTemplateSpec) error {
+		if r == nil || r.Container == "" {
+			return nil
+		}
+		var names []string
+		for _, c := range t.Spec.Containers {
+			if c.Name == r.Container {
+				return nil
+			}
+			names = append(names, c.Name)
+		}
+		return fmt.Errorf("%s.gpus.container %q names no container of %s.template (containers: %s)", path, r.Container, path, strings.Join(names, ", "))
+	}
+	errs := []error{check("spec.head", cluster.Spec.Head.GPUs, &cluster.Spec.Head.Template)}
+	for i := range cluster.Spec.WorkerGroups {
+		wg := &cluster.Spec.WorkerGroups[i]
+		errs = append(errs, check(fmt.Sprintf("spec.workerGroups[%s]", wg.Name), wg.GPUs, &wg.Template))
+	}
+	return errors.Join(errs...)
+}
+
+// placedWholeNodeGPUs is the GPU count of the group's live pods, for a
+// wholeNode group that has any.
+func placedWholeNodeGPUs(g *group, existing []corev1.Pod) (int32, bool) {
+	if g.gpus == nil || !g.gpus.WholeNode {
+		return 0, false
+	}
+	for i := range existing {
+		p := &existing[i]
+		if p.Labels[gpulabv1alpha1.GroupLabel] != g.name || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			if q, ok := c.Resources.Requests[inventory.GPUResource]; ok && q.Value() > 0 {
+				return int32(q.Value()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// podHash is a digest of a pod as built, before the hash is added: it
+// changes with anything the spec puts in the pod, and only then.
+func podHash(pod *corev1.Pod) string {
+	data, err := json.Marshal(struct {
+		Labels, Annotations map[string]string
+		Spec                corev1.PodSpec
+	}{pod.Labels, pod.Annotations, pod.Spec})
+	if err != nil {
+		// A PodSpec always marshals; a panic here is a programming error.
+		panic(fmt.Sprintf("hashing pod %s: %v", pod.Name, err))
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
 // buildPod renders one pod of a group exactly as it will be created.
 func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang scheduler.Gang) *corev1.Pod {
 	tmpl := g.template.DeepCopy()
@@ -179,6 +250,11 @@ func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang sc
 		addGPUAffinity(pod, g.gpus)
 	}
 	gang.Decorate(pod, cluster, g.name)
+	hash := podHash(pod)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] = hash
 	return pod
 }
 

@@ -47,7 +47,7 @@ func fleet(n int) []inventory.Node {
 }
 
 func TestBuildPodPlacesGPUsWhereAsked(t *testing.T) {
-	d := buildDesired(testCluster(2), fleet(2), nil, scheduler.Volcano{})
+	d := buildDesired(testCluster(2), fleet(2), nil, scheduler.Volcano{}, nil)
 	if len(d.pods) != 3 || d.pods["c-head"] == nil || d.pods["c-w-1"] == nil {
 		t.Fatalf("pods %v, want c-head, c-w-0, c-w-1", keys(d.pods))
 	}
@@ -95,6 +95,6 @@ func BenchmarkBuildDesired(b *testing.B) {
 	nodes := fleet(16)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = buildDesired(cluster, nodes, nil, scheduler.Volcano{})
+		_ = buildDesired(cluster, nodes, nil, scheduler.Volcano{}, nil)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
 func (r *Reconciler) listPods(ctx context.Context, cluster *gpulabv1alpha1.GPUCluster) ([]corev1.Pod, error) {
@@ -40,6 +41,9 @@ func (r *Reconciler) listPods(ctx context.Context, cluster *gpulabv1alpha1.GPUCl
 // first) or that failed, and creates the missing ones. A pod being deleted
 // is left alone; its name is reused once it is gone.
 func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
+	if stale := s.stalePods(); len(stale) > 0 {
+		return r.recreateGang(ctx, s, stale)
+	}
 	var extra, finished []corev1.Pod
 	present := map[string]bool{}
 	for _, p := range s.pods {
@@ -74,7 +78,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		}
 		missing = append(missing, pod)
 	}
-	created, createErrs := r.createPods(ctx, missing)
+	created, createErrs := r.createPods(ctx, s, missing)
 	errs = append(errs, createErrs...)
 	for _, pod := range created {
 		// The create response is an observation too: status counts the pod
@@ -95,15 +99,54 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// outdated says whether a pod was built from another spec than the current
+// one. Pods without a hash (made before pods carried one) count as current,
+// so an operator upgrade does not recreate every gang.
+func outdated(p *corev1.Pod, want *corev1.Pod) bool {
+	have, ok := p.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation]
+	return want != nil && ok && have != want.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation]
+}
+
+// stalePods names the pods, terminating ones included, built from an older
+// spec.
+func (s *scope) stalePods() []string {
+	var names []string
+	for i := range s.pods {
+		if outdated(&s.pods[i], s.desired.pods[s.pods[i].Name]) {
+			names = append(names, s.pods[i].Name)
+		}
+	}
+	return names
+}
+
+// recreateGang rolls a spec change out gang-safely: every pod of the
+// cluster goes, and none is created while any outdated pod remains, so the
+// new gang (its PodGroup already resized) never binds beside members of
+// the old one.
+func (r *Reconciler) recreateGang(ctx context.Context, s *scope, stale []string) error {
+	var live []corev1.Pod
+	for _, p := range s.pods {
+		if p.DeletionTimestamp.IsZero() {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return nil // waiting for the old pods to go; their deletion wakes us
+	}
+	r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "RecreatingGang", "RolloutSpec",
+		"The spec changed (outdated pods: %s): recreating the whole gang", summarize(stale))
+	return r.deletePods(ctx, s, live, "spec changed")
+}
+
 // createParallelism bounds concurrent pod creates within one reconcile: a
 // gang's pods are created together, so its creation latency is a few round
 // trips, not one per pod.
 const createParallelism = 8
 
 // createPods creates pods concurrently and returns those created, in the
-// given order; AlreadyExists (our own earlier create, not yet in the cache)
-// is not an error.
-func (r *Reconciler) createPods(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, []error) {
+// given order. AlreadyExists is our own earlier create not yet in the cache,
+// or a pod someone else controls: the API server says which.
+func (r *Reconciler) createPods(ctx context.Context, s *scope, pods []*corev1.Pod) ([]*corev1.Pod, []error) {
 	ok := make([]bool, len(pods))
 	errs := make([]error, len(pods))
 	sem := make(chan struct{}, createParallelism)
@@ -118,6 +161,7 @@ func (r *Reconciler) createPods(ctx context.Context, pods []*corev1.Pod) ([]*cor
 			case err == nil:
 				ok[i] = true
 			case apierrors.IsAlreadyExists(err):
+				errs[i] = ownership.CheckExisting(ctx, r.apiReader, "Pod", &corev1.Pod{}, client.ObjectKeyFromObject(pod), s.cluster)
 			default:
 				errs[i] = fmt.Errorf("creating pod %s: %w", pod.Name, err)
 			}

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
 // reconcileService creates the head Service, or updates its ports and
@@ -23,12 +25,21 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 		if err := controllerutil.SetControllerReference(s.cluster, svc, r.scheme); err != nil {
 			return err
 		}
-		if err := r.client.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.client.Create(ctx, svc)
+		if apierrors.IsAlreadyExists(err) {
+			// The cache holds only labelled Services: the one there may be
+			// ours, not seen yet, or anyone's.
+			return ownership.CheckExisting(ctx, r.apiReader, "Service", &corev1.Service{}, client.ObjectKeyFromObject(svc), s.cluster)
+		}
+		if err != nil {
 			return fmt.Errorf("creating Service %s: %w", svc.Name, err)
 		}
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading Service %s: %w", want.Name, err)
+	}
+	if err := ownership.Check("Service", got, s.cluster); err != nil {
+		return err
 	}
 	if equality.Semantic.DeepEqual(got.Spec.Selector, want.Spec.Selector) && portsEqual(got.Spec.Ports, want.Spec.Ports) {
 		return nil

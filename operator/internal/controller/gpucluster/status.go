@@ -64,6 +64,12 @@ func (r *Reconciler) recordTransitions(cluster *gpulabv1alpha1.GPUCluster, old, 
 		r.metrics.ObserveReady(next.ReadyTime.Sub(created))
 	}
 	r.metrics.SetPhase(client.ObjectKeyFromObject(cluster), string(next.Phase))
+	wasReady := meta.FindStatusCondition(old.Conditions, gpulabv1alpha1.ConditionReady)
+	if ready := meta.FindStatusCondition(next.Conditions, gpulabv1alpha1.ConditionReady); ready != nil &&
+		(ready.Reason == gpulabv1alpha1.ReasonNameConflict || ready.Reason == gpulabv1alpha1.ReasonInvalidSpec) &&
+		(wasReady == nil || wasReady.Reason != ready.Reason || wasReady.Message != ready.Message) {
+		r.events.Eventf(cluster, nil, corev1.EventTypeWarning, ready.Reason, "Validate", "%s", ready.Message)
+	}
 	was := meta.FindStatusCondition(old.Conditions, gpulabv1alpha1.ConditionSchedulable)
 	now := meta.FindStatusCondition(next.Conditions, gpulabv1alpha1.ConditionSchedulable)
 	if now != nil && now.Status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse) {
@@ -83,7 +89,8 @@ func countPods(s *scope) podCounts {
 	c := podCounts{readyByGroup: map[string]int32{}}
 	for i := range s.pods {
 		p := &s.pods[i]
-		if s.desired.pods[p.Name] == nil || !p.DeletionTimestamp.IsZero() {
+		// Only pods of the current spec count: status describes it.
+		if s.desired.pods[p.Name] == nil || !p.DeletionTimestamp.IsZero() || outdated(p, s.desired.pods[p.Name]) {
 			continue
 		}
 		c.existing++
@@ -104,6 +111,54 @@ func countPods(s *scope) podCounts {
 // computeStatus derives the whole status from the scope; old supplies the
 // first-seen timestamps and condition transition times.
 func computeStatus(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.Time) gpulabv1alpha1.GPUClusterStatus {
+	if s.invalid != nil {
+		next := *old.DeepCopy()
+		next.ObservedGeneration = s.cluster.Generation
+		next.Phase = gpulabv1alpha1.ClusterFailed
+		meta.SetStatusCondition(&next.Conditions, metav1.Condition{
+			Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: gpulabv1alpha1.ReasonInvalidSpec,
+			Message: s.invalid.Error(), ObservedGeneration: s.cluster.Generation, LastTransitionTime: now,
+		})
+		setReconcileCondition(&next.Conditions, s, now)
+		return next
+	}
+	if s.desired == nil || !s.podsListed {
+		// Nothing was observed this time: keep what we knew and say why.
+		next := *old.DeepCopy()
+		setReconcileCondition(&next.Conditions, s, now)
+		return next
+	}
+	next := computeObserved(s, old, now)
+	setReconcileCondition(&next.Conditions, s, now)
+	if s.conflict != nil {
+		meta.SetStatusCondition(&next.Conditions, metav1.Condition{
+			Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: gpulabv1alpha1.ReasonNameConflict,
+			Message: s.conflict.Error(), ObservedGeneration: s.cluster.Generation, LastTransitionTime: now,
+		})
+		next.Phase = gpulabv1alpha1.ClusterFailed
+	}
+	return next
+}
+
+// setReconcileCondition records whether this reconcile succeeded, with its
+// error: the one place a failed read or write shows up in status.
+func setReconcileCondition(conditions *[]metav1.Condition, s *scope, now metav1.Time) {
+	c := metav1.Condition{
+		Type: gpulabv1alpha1.ConditionReconcileSucceeded, Status: metav1.ConditionTrue, Reason: gpulabv1alpha1.ReasonReconciled,
+		Message: "the last reconcile completed", ObservedGeneration: s.cluster.Generation, LastTransitionTime: now,
+	}
+	switch {
+	case s.conflict != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, gpulabv1alpha1.ReasonNameConflict, s.conflict.Error()
+	case s.reconcileErr != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, gpulabv1alpha1.ReasonReconcileError, s.reconcileErr.Error()
+	}
+	meta.SetStatusCondition(conditions, c)
+}
+
+// computeObserved derives status from a reconcile that read the capacity
+// and the pods.
+func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.Time) gpulabv1alpha1.GPUClusterStatus {
 	suspended := s.cluster.Spec.Suspend
 	counts := countPods(s)
 	next := gpulabv1alpha1.GPUClusterStatus{

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
 // clusterName is the cluster of an attempt: <job>-<attempt>.
@@ -29,7 +30,6 @@ func (r *Reconciler) ensureCluster(ctx context.Context, s *scope) (bool, error) 
 		st.ClusterName = s.job.Spec.ClusterRef.Name
 	} else if st.ClusterName == "" {
 		st.ClusterName = clusterName(s.job.Name, st.Attempts)
-		st.Phase = gpulabv1alpha1.JobProvisioning
 		return false, r.recordThenCreate(ctx, s)
 	}
 	gc := &gpulabv1alpha1.GPUCluster{}
@@ -38,24 +38,26 @@ func (r *Reconciler) ensureCluster(ctx context.Context, s *scope) (bool, error) 
 	case apierrors.IsNotFound(err) && s.ownsCluster():
 		return false, r.createCluster(ctx, s)
 	case apierrors.IsNotFound(err):
-		st.Phase = gpulabv1alpha1.JobProvisioning
-		setCondition(s, gpulabv1alpha1.ConditionReady, false, "ClusterNotFound", fmt.Sprintf("GPUCluster %s does not exist", st.ClusterName))
+		setCondition(s, gpulabv1alpha1.ConditionReady, false, gpulabv1alpha1.ReasonClusterNotFound, fmt.Sprintf("GPUCluster %s does not exist", st.ClusterName))
 		return false, nil
 	case err != nil:
 		return false, err
 	}
-	if gc.Status.Phase != gpulabv1alpha1.ClusterReady || gc.Status.ObservedGeneration != gc.Generation {
-		if st.Phase == gpulabv1alpha1.JobPending || st.Phase == "" {
-			st.Phase = gpulabv1alpha1.JobProvisioning
+	if s.ownsCluster() {
+		// A cluster of that name the job did not create is never used.
+		if err := ownership.Check("GPUCluster", gc, s.job); err != nil {
+			return false, err
 		}
-		setCondition(s, gpulabv1alpha1.ConditionReady, false, "ClusterNotReady", fmt.Sprintf("GPUCluster %s is %s", gc.Name, gc.Status.Phase))
+	}
+	if gc.Status.Phase != gpulabv1alpha1.ClusterReady || gc.Status.ObservedGeneration != gc.Generation {
+		setCondition(s, gpulabv1alpha1.ConditionReady, false, gpulabv1alpha1.ReasonClusterNotReady, fmt.Sprintf("GPUCluster %s is %s", gc.Name, gc.Status.Phase))
 		return false, nil
 	}
 	if st.ClusterReadyTime == nil {
 		t := metav1.NewTime(s.now)
 		st.ClusterReadyTime = &t
 	}
-	setCondition(s, gpulabv1alpha1.ConditionReady, true, "ClusterReady", fmt.Sprintf("GPUCluster %s is Ready", gc.Name))
+	setCondition(s, gpulabv1alpha1.ConditionReady, true, gpulabv1alpha1.ReasonClusterReady, fmt.Sprintf("GPUCluster %s is Ready", gc.Name))
 	return true, nil
 }
 
@@ -80,7 +82,11 @@ func (r *Reconciler) createCluster(ctx context.Context, s *scope) error {
 	if err := controllerutil.SetControllerReference(s.job, gc, r.scheme); err != nil {
 		return err
 	}
-	if err := r.client.Create(ctx, gc); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := r.client.Create(ctx, gc)
+	if apierrors.IsAlreadyExists(err) {
+		return ownership.CheckExisting(ctx, r.apiReader, "GPUCluster", &gpulabv1alpha1.GPUCluster{}, client.ObjectKeyFromObject(gc), s.job)
+	}
+	if err != nil {
 		return fmt.Errorf("creating GPUCluster %s: %w", gc.Name, err)
 	}
 	r.events.Eventf(s.job, gc, "Normal", "CreatedCluster", "CreateCluster", "Created GPUCluster %s (attempt %d)", gc.Name, s.job.Status.Attempts)
@@ -98,6 +104,9 @@ func (r *Reconciler) setClusterSuspend(ctx context.Context, s *scope, suspend bo
 		if err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: s.job.Status.ClusterName}, gc); err != nil {
 			return client.IgnoreNotFound(err)
 		}
+		if err := ownership.Check("GPUCluster", gc, s.job); err != nil {
+			return err
+		}
 		if gc.Spec.Suspend == suspend {
 			return nil
 		}
@@ -106,19 +115,35 @@ func (r *Reconciler) setClusterSuspend(ctx context.Context, s *scope, suspend bo
 	})
 }
 
-// deleteCluster deletes the job's own cluster (never a referenced one).
+// deleteCluster deletes the job's own cluster: never a referenced one, and
+// never one of that name the job does not control.
 func (r *Reconciler) deleteCluster(ctx context.Context, s *scope, name string) error {
 	if !s.ownsCluster() || name == "" {
 		return nil
 	}
-	gc := &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: name}}
-	if err := r.client.Delete(ctx, gc, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting GPUCluster %s: %w", name, err)
+	gc := &gpulabv1alpha1.GPUCluster{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: name}, gc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return deleteOwned(ctx, r.client, "GPUCluster", gc, s.job)
+}
+
+// deleteOwned deletes obj, as read, if owner controls it; the UID
+// precondition keeps a same-named replacement safe.
+func deleteOwned(ctx context.Context, c client.Client, kind string, obj client.Object, owner metav1.Object) error {
+	if err := ownership.Check(kind, obj, owner); err != nil {
+		return err
+	}
+	uid := obj.GetUID()
+	err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting %s %s: %w", kind, obj.GetName(), err)
 	}
 	return nil
 }
 
-// suspend stops the run: the submitter goes, the cluster is suspended.
+// suspend stops the run: the submitter goes, the cluster is suspended. The
+// caller moves the job to Suspended.
 func (r *Reconciler) suspend(ctx context.Context, s *scope) error {
 	if err := r.deleteSubmitter(ctx, s); err != nil {
 		return err
@@ -126,7 +151,6 @@ func (r *Reconciler) suspend(ctx context.Context, s *scope) error {
 	if err := r.setClusterSuspend(ctx, s, true); err != nil {
 		return err
 	}
-	s.job.Status.Phase = gpulabv1alpha1.JobSuspended
 	s.job.Status.SubmitterName, s.job.Status.SubmitTime, s.job.Status.ClusterReadyTime = "", nil, nil
 	setCondition(s, gpulabv1alpha1.ConditionSuspended, true, gpulabv1alpha1.ReasonSuspendRequested, "spec.suspend is true: submitter deleted, cluster suspended")
 	return nil

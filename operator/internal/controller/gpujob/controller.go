@@ -12,12 +12,12 @@ package gpujob
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -30,10 +30,15 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
 // ControllerName names the controller in logs, metrics and events.
 const ControllerName = "gpujob"
+
+// recheckConflict is how often a job blocked by a foreign object under one
+// of its children's names looks again.
+const recheckConflict = 15 * time.Second
 
 // clusterRefIndex indexes GPUJobs by the existing cluster they run on.
 const clusterRefIndex = "gpulab.io/cluster-ref"
@@ -131,8 +136,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		// Nothing was done; start over from a fresher copy.
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
+	if ownership.IsConflict(err) {
+		// A condition and an event, not a crash loop: the other object is
+		// not ours to change.
+		if was := meta.FindStatusCondition(s.old.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded); was == nil || was.Message != err.Error() {
+			r.events.Eventf(job, nil, corev1.EventTypeWarning, gpulabv1alpha1.ReasonNameConflict, "CheckOwnership", "%v", err)
+		}
+		setCondition(s, gpulabv1alpha1.ConditionReconcileSucceeded, false, gpulabv1alpha1.ReasonNameConflict, err.Error())
+		result, err = ctrl.Result{RequeueAfter: recheckConflict}, nil
+	} else if err != nil {
+		setCondition(s, gpulabv1alpha1.ConditionReconcileSucceeded, false, gpulabv1alpha1.ReasonReconcileError, err.Error())
+	} else {
+		setCondition(s, gpulabv1alpha1.ConditionReconcileSucceeded, true, gpulabv1alpha1.ReasonReconciled, "the last reconcile completed")
+	}
 	if werr := r.writeStatus(ctx, s); werr != nil {
-		return ctrl.Result{}, werr
+		return ctrl.Result{}, errors.Join(err, werr)
 	}
 	r.metrics.SetPhase(req.NamespacedName, string(job.Status.Phase))
 	return result, err
@@ -194,41 +212,4 @@ func (s *scope) cleanupPolicy() gpulabv1alpha1.CleanupPolicy {
 	default:
 		return gpulabv1alpha1.CleanupKeepCluster
 	}
-}
-
-// step runs the phase machine once. Each phase returns after the write it
-// needs, so status always records a name before the object exists.
-func (r *Reconciler) step(ctx context.Context, s *scope) (ctrl.Result, error) {
-	st := &s.job.Status
-	if s.finished() {
-		return r.finishedStep(ctx, s)
-	}
-	if st.StartTime == nil {
-		start := metav1.NewTime(s.now)
-		st.StartTime = &start
-		st.Phase = gpulabv1alpha1.JobPending
-	}
-	if d := s.job.Spec.ActiveDeadlineSeconds; d != nil {
-		deadline := st.StartTime.Add(time.Duration(*d) * time.Second)
-		if !s.now.Before(deadline) {
-			return ctrl.Result{}, r.finish(ctx, s, gpulabv1alpha1.JobFailed, gpulabv1alpha1.ReasonDeadlineExceeded,
-				fmt.Sprintf("the job ran past activeDeadlineSeconds (%ds)", *d))
-		}
-		s.requeueBy(deadline)
-	}
-	if s.job.Spec.Suspend {
-		return ctrl.Result{}, r.suspend(ctx, s)
-	}
-	if st.Phase == gpulabv1alpha1.JobSuspended {
-		if err := r.setClusterSuspend(ctx, s, false); err != nil {
-			return ctrl.Result{}, err
-		}
-		st.Phase = gpulabv1alpha1.JobProvisioning
-		setCondition(s, gpulabv1alpha1.ConditionSuspended, false, gpulabv1alpha1.ReasonNotSuspended, "spec.suspend is false")
-	}
-	ready, err := r.ensureCluster(ctx, s)
-	if err != nil || !ready {
-		return s.result(), err
-	}
-	return s.result(), r.ensureSubmitter(ctx, s)
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -20,9 +21,9 @@ import (
 // finish records the verdict and applies the cleanup policy, which is what
 // releases the gang: deleting or suspending the cluster removes its
 // PodGroup, so the next job can use the queue's resources at once.
+// The caller moves the job to phase.
 func (r *Reconciler) finish(ctx context.Context, s *scope, phase gpulabv1alpha1.JobPhase, reason, msg string) error {
 	st := &s.job.Status
-	st.Phase = phase
 	t := metav1.NewTime(s.now)
 	st.CompletionTime = &t
 	if st.StartTime != nil {
@@ -53,22 +54,55 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, phase gpulabv1alpha1.
 	return errors.Join(errs...)
 }
 
-// finishedStep handles a finished job: only ttlSecondsAfterFinished is left.
-func (r *Reconciler) finishedStep(ctx context.Context, s *scope) (ctrl.Result, error) {
+// expire handles a finished job: only ttlSecondsAfterFinished is left.
+func (r *Reconciler) expire(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
+	phase := s.job.Status.Phase
 	ttl := s.job.Spec.TTLSecondsAfterFinished
 	if ttl == nil || s.job.Status.CompletionTime == nil {
-		return ctrl.Result{}, nil
+		return phase, nil
 	}
 	expiry := s.job.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second)
 	if s.now.Before(expiry) {
 		s.requeueBy(expiry)
-		return s.result(), nil
+		return phase, nil
+	}
+	if s.ownsCluster() && s.cleanupPolicy() == gpulabv1alpha1.CleanupKeepCluster {
+		// The garbage collector would delete a kept cluster with its job.
+		if err := r.orphanCluster(ctx, s); err != nil {
+			return phase, err
+		}
 	}
 	err := r.client.Delete(ctx, s.job, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("deleting expired GPUJob: %w", err)
+		return phase, fmt.Errorf("deleting expired GPUJob: %w", err)
 	}
-	return ctrl.Result{}, nil
+	return phase, nil
+}
+
+// orphanCluster removes the job's owner reference from its kept cluster, so
+// deleting the job leaves the cluster running, as KeepCluster promises.
+func (r *Reconciler) orphanCluster(ctx context.Context, s *scope) error {
+	name := s.job.Status.ClusterName
+	if name == "" {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		gc := &gpulabv1alpha1.GPUCluster{}
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: name}, gc); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		refs := gc.GetOwnerReferences()
+		kept := slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return ref.UID == s.job.UID })
+		if len(kept) == len(refs) {
+			return nil
+		}
+		gc.SetOwnerReferences(kept)
+		if err := r.client.Update(ctx, gc); err != nil {
+			return err
+		}
+		r.events.Eventf(s.job, gc, corev1.EventTypeNormal, "OrphanedCluster", "KeepCluster", "GPUCluster %s is kept: it no longer belongs to this job, which is deleted after ttlSecondsAfterFinished", name)
+		return nil
+	})
 }
 
 // writeStatus writes status if it changed since it was read, re-reading on

@@ -130,9 +130,11 @@ func TestJobSucceeds(t *testing.T) {
 	if sub.Spec.Template.Spec.SchedulerName == "volcano" || sub.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("submitter must stay outside the gang and never restart: %+v", sub.Spec.Template.Spec)
 	}
-	if j := getJob(t, c, ns, "ok"); j.Status.Phase != gpulabv1alpha1.JobRunning || j.Status.ClusterReadyTime == nil || j.Status.SubmitTime == nil {
-		t.Errorf("running job status %+v", j.Status)
-	}
+	// The submit time is written after the create the submitter came from.
+	testutil.Eventually(t, timeout, "the running job's status", func() (bool, string) {
+		j := getJob(t, c, ns, "ok")
+		return j.Status.Phase == gpulabv1alpha1.JobRunning && j.Status.ClusterReadyTime != nil && j.Status.SubmitTime != nil, fmt.Sprintf("%+v", j.Status)
+	})
 	finishSubmitter(t, c, sub, true)
 	j := waitPhase(t, c, ns, "ok", gpulabv1alpha1.JobSucceeded)
 	if j.Status.CompletionTime == nil || j.Status.Duration == "" || j.Status.Attempts != 1 || !meta.IsStatusConditionTrue(j.Status.Conditions, gpulabv1alpha1.ConditionComplete) {

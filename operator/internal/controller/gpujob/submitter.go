@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
 // Environment of the submitter's containers.
@@ -28,32 +29,52 @@ func submitterName(job string, attempt int32) string {
 	return fmt.Sprintf("%s-submit-%d", job, attempt)
 }
 
-// ensureSubmitter runs the attempt's submitter on the Ready cluster and acts
-// on its verdict: finish, or start the next attempt.
-func (r *Reconciler) ensureSubmitter(ctx context.Context, s *scope) error {
+// runSubmitter runs the attempt's submitter on the Ready cluster and acts
+// on its verdict: it returns Running while it runs, Succeeded or Failed on
+// the verdict, or Provisioning for the next attempt.
+func (r *Reconciler) runSubmitter(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
 	st := &s.job.Status
 	if st.SubmitterName == "" {
 		st.SubmitterName = submitterName(s.job.Name, st.Attempts)
 		if err := r.writeStatus(ctx, s); err != nil {
-			return err
+			return gpulabv1alpha1.JobRunning, err
 		}
 	}
 	sub := &batchv1.Job{}
-	err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: st.SubmitterName}, sub)
+	key := client.ObjectKey{Namespace: s.job.Namespace, Name: st.SubmitterName}
+	err := r.client.Get(ctx, key, sub)
 	if apierrors.IsNotFound(err) {
-		return r.createSubmitter(ctx, s)
+		if st.SubmitTime == nil {
+			return gpulabv1alpha1.JobRunning, r.createSubmitter(ctx, s)
+		}
+		// Created before, gone now (or not in the cache yet): ask the API
+		// server. A submitter deleted before its verdict is a failed
+		// attempt; running the workload again under the same name would
+		// hide that it ran at all.
+		err = r.apiReader.Get(ctx, key, sub)
+		if apierrors.IsNotFound(err) {
+			return r.attemptFailed(ctx, s, gpulabv1alpha1.ReasonSubmitterDeleted,
+				fmt.Sprintf("submitter %s was deleted before it finished", st.SubmitterName))
+		}
 	}
 	if err != nil {
-		return err
+		return gpulabv1alpha1.JobRunning, err
 	}
-	st.Phase = gpulabv1alpha1.JobRunning
+	if err := ownership.Check("Job", sub, s.job); err != nil {
+		return gpulabv1alpha1.JobRunning, err
+	}
 	switch {
 	case jobCondition(sub, batchv1.JobComplete):
-		return r.finish(ctx, s, gpulabv1alpha1.JobSucceeded, "SubmitterSucceeded", fmt.Sprintf("submitter %s completed", sub.Name))
+		return gpulabv1alpha1.JobSucceeded, r.finish(ctx, s, gpulabv1alpha1.JobSucceeded, gpulabv1alpha1.ReasonSubmitterSucceeded, fmt.Sprintf("submitter %s completed", sub.Name))
 	case jobCondition(sub, batchv1.JobFailed):
-		return r.attemptFailed(ctx, s, sub)
+		return r.attemptFailed(ctx, s, gpulabv1alpha1.ReasonSubmitterFailed, fmt.Sprintf("submitter %s failed", sub.Name))
+	case !sub.DeletionTimestamp.IsZero():
+		// Being deleted without a verdict (batch/v1 Jobs orphan by default,
+		// so this can last): the attempt is over.
+		return r.attemptFailed(ctx, s, gpulabv1alpha1.ReasonSubmitterDeleted,
+			fmt.Sprintf("submitter %s was deleted before it finished", sub.Name))
 	}
-	return nil
+	return gpulabv1alpha1.JobRunning, nil
 }
 
 func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {
@@ -102,12 +123,16 @@ func (r *Reconciler) createSubmitter(ctx context.Context, s *scope) error {
 	if err := controllerutil.SetControllerReference(s.job, sub, r.scheme); err != nil {
 		return err
 	}
-	if err := r.client.Create(ctx, sub); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.client.Create(ctx, sub)
+	if apierrors.IsAlreadyExists(err) {
+		// Ours (a restart between create and status write) or someone else's.
+		err = ownership.CheckExisting(ctx, r.apiReader, "Job", &batchv1.Job{}, client.ObjectKeyFromObject(sub), s.job)
+	}
+	if err != nil {
 		return fmt.Errorf("creating submitter %s: %w", sub.Name, err)
 	}
 	t := metav1.NewTime(s.now)
 	st.SubmitTime = &t
-	st.Phase = gpulabv1alpha1.JobRunning
 	r.metrics.ObserveTimeToStart(s.now.Sub(s.job.CreationTimestamp.Time))
 	r.events.Eventf(s.job, sub, corev1.EventTypeNormal, "CreatedSubmitter", "CreateSubmitter", "Created submitter %s on GPUCluster %s", sub.Name, st.ClusterName)
 	return nil
@@ -128,36 +153,37 @@ func (r *Reconciler) clusterPods(ctx context.Context, s *scope) ([]string, error
 	return names, nil
 }
 
-// attemptFailed counts a failed run and either fails the job or starts the
-// next attempt (a fresh cluster with RetryNewCluster).
-func (r *Reconciler) attemptFailed(ctx context.Context, s *scope, sub *batchv1.Job) error {
+// attemptFailed counts a failed run (why says how: the submitter failed or
+// was deleted) and either fails the job or starts the next attempt (a fresh
+// cluster with RetryNewCluster).
+func (r *Reconciler) attemptFailed(ctx context.Context, s *scope, reason, why string) (gpulabv1alpha1.JobPhase, error) {
 	st := &s.job.Status
 	st.Failures++
 	if st.Failures > s.backoffLimit() {
-		return r.finish(ctx, s, gpulabv1alpha1.JobFailed, gpulabv1alpha1.ReasonBackoffLimitExceeded,
-			fmt.Sprintf("submitter %s failed; %d failures exceed backoffLimit %d", sub.Name, st.Failures, s.backoffLimit()))
+		return gpulabv1alpha1.JobFailed, r.finish(ctx, s, gpulabv1alpha1.JobFailed, gpulabv1alpha1.ReasonBackoffLimitExceeded,
+			fmt.Sprintf("%s; %d failures exceed backoffLimit %d", why, st.Failures, s.backoffLimit()))
 	}
-	r.events.Eventf(s.job, sub, corev1.EventTypeWarning, "AttemptFailed", "Retry", "Attempt %d failed (submitter %s); retrying", st.Attempts, sub.Name)
+	r.events.Eventf(s.job, nil, corev1.EventTypeWarning, reason, "Retry", "Attempt %d failed (%s); retrying", st.Attempts, why)
 	old := st.ClusterName
 	st.Attempts++
 	st.SubmitterName, st.SubmitTime, st.ClusterReadyTime = "", nil, nil
-	st.Phase = gpulabv1alpha1.JobProvisioning
 	if s.retryPolicy() == gpulabv1alpha1.RetryNewCluster {
 		st.ClusterName = ""
 		// The failed attempt's cluster goes: its gang is released at once.
-		return r.deleteCluster(ctx, s, old)
+		return gpulabv1alpha1.JobProvisioning, r.deleteCluster(ctx, s, old)
 	}
-	return nil
+	return gpulabv1alpha1.JobProvisioning, nil
 }
 
-// deleteSubmitter deletes the current submitter and its pods.
+// deleteSubmitter deletes the current submitter and its pods, if the job
+// controls it.
 func (r *Reconciler) deleteSubmitter(ctx context.Context, s *scope) error {
 	if s.job.Status.SubmitterName == "" {
 		return nil
 	}
-	sub := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: s.job.Namespace, Name: s.job.Status.SubmitterName}}
-	if err := r.client.Delete(ctx, sub, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting submitter %s: %w", sub.Name, err)
+	sub := &batchv1.Job{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: s.job.Namespace, Name: s.job.Status.SubmitterName}, sub); err != nil {
+		return client.IgnoreNotFound(err)
 	}
-	return nil
+	return deleteOwned(ctx, r.client, "Job", sub, s.job)
 }

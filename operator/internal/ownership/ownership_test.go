@@ -1,0 +1,48 @@
+package ownership
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestCheck(t *testing.T) {
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a"}}
+	yes := true
+	ref := func(kind, apiVersion, name string, uid types.UID) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{Kind: kind, APIVersion: apiVersion, Name: name, UID: uid, Controller: &yes}}
+	}
+	for _, tc := range []struct {
+		name string
+		refs []metav1.OwnerReference
+		want string // "" means owned
+	}{
+		{"controlled by owner", ref("GPUCluster", "gpulab.io/v1alpha1", "a", "uid-a"), ""},
+		{"same name, other UID (an earlier object of that name)", ref("GPUCluster", "gpulab.io/v1alpha1", "a", "uid-old"), "controlled by GPUCluster.gpulab.io a"},
+		{"another controller", ref("RayCluster", "ray.io/v1", "x", "uid-x"), "controlled by RayCluster.ray.io x"},
+		{"core kind", ref("ReplicaSet", "apps/v1", "rs", "uid-rs"), "controlled by ReplicaSet.apps rs"},
+		{"no controller", nil, "controlled by no controller"},
+		{"owner but not controller", []metav1.OwnerReference{{Kind: "GPUCluster", APIVersion: "gpulab.io/v1alpha1", Name: "a", UID: "uid-a"}}, "no controller"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-w-0", OwnerReferences: tc.refs}}
+			err := Check("Pod", pod, owner)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Check = %v, want owned", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Pod a-w-0") {
+				t.Fatalf("Check = %v, want a conflict naming Pod a-w-0 and %q", err, tc.want)
+			}
+			if !IsConflict(fmt.Errorf("wrapped: %w", err)) {
+				t.Errorf("IsConflict(wrapped) = false")
+			}
+		})
+	}
+}
