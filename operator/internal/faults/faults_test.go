@@ -27,9 +27,6 @@ const pkg = "github.com/gpulab/gpulab/operator/internal/faults"
 // TestOnlyFaultBuildsLinkTheInterceptor: the operator binary depends on
 // this package only when built with -tags gpulab_faults.
 func TestOnlyFaultBuildsLinkTheInterceptor(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list; skipped with -short")
-	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	deps := func(tags ...string) string {
