@@ -16,7 +16,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
-	"github.com/gpulab/gpulab/operator/internal/podgroup/resources"
+	"github.com/gpulab/gpulab/operator/internal/sizing"
 )
 
 // Volcano pod metadata.
@@ -30,15 +30,15 @@ const (
 // Volcano gang-schedules a cluster through a PodGroup owned by the cluster.
 type Volcano struct{}
 
-var _ Gang = Volcano{}
+var _ Backend = Volcano{}
 
 // PodGroupName is the PodGroup of a cluster.
 func PodGroupName(cluster string) string { return cluster + "-pg" }
 
-// Name implements Gang.
+// Name implements Backend.
 func (Volcano) Name() gpulabv1alpha1.SchedulerName { return gpulabv1alpha1.SchedulerVolcano }
 
-// Decorate implements Gang: Volcano places the pod as a member of the
+// Decorate implements Backend: Volcano places the pod as a member of the
 // cluster's PodGroup, in task.
 func (Volcano) Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, task string) {
 	pod.Spec.SchedulerName = VolcanoSchedulerName
@@ -49,8 +49,8 @@ func (Volcano) Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, tas
 	pod.Annotations[TaskAnnotation] = task
 }
 
-// Ensure implements Gang.
-func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, gang resources.Gang) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
+// Ensure implements Backend.
+func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
 	want := schedulingv1beta1.PodGroupSpec{
 		MinMember:         gang.MinMember,
 		MinTaskMember:     gang.MinTaskMember,
@@ -99,7 +99,7 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 	return observed(pg), true, nil
 }
 
-// Release implements Gang: deleting the PodGroup frees what Volcano holds
+// Release implements Backend: deleting the PodGroup frees what Volcano holds
 // for it in the queue (an Inqueue PodGroup keeps its minResources reserved).
 // Only a PodGroup this cluster controls is deleted, the one that was read.
 func (Volcano) Release(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster) error {

@@ -27,7 +27,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/inventory"
+	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
@@ -159,7 +159,7 @@ func (r *Reconciler) clustersForInventory(ctx context.Context, obj client.Object
 // scope carries what one reconcile read and decided.
 type scope struct {
 	cluster       *gpulabv1alpha1.GPUCluster
-	gang          scheduler.Gang
+	gang          scheduler.Backend
 	desired       *desiredState
 	fromInventory bool
 	// pods are the cluster's pods; podsListed says they were read, so
@@ -226,7 +226,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		// Nothing can be built until the spec changes, which wakes us.
 		return ctrl.Result{}, nil
 	}
-	capacity, fromInventory, err := r.capacity(ctx)
+	fleet, fromInventory, err := r.capacity(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -239,7 +239,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		return ctrl.Result{}, err
 	}
 	s.podsListed = true
-	s.desired = buildDesired(s.cluster, capacity, overheads, s.gang, s.pods)
+	s.desired = buildDesired(s.cluster, fleet, overheads, s.gang, s.pods)
 	return r.reconcileChildren(ctx, s)
 }
 
@@ -356,7 +356,7 @@ func (r *Reconciler) runtimeClassOverheads(ctx context.Context, cluster *gpulabv
 // capacity reads healthy GPU capacity from the cache. Every reconcile reads
 // every node and inventory, and only reads them, so the lists share the
 // cache's objects instead of deep-copying the fleet each time.
-func (r *Reconciler) capacity(ctx context.Context) ([]inventory.Node, bool, error) {
+func (r *Reconciler) capacity(ctx context.Context) ([]capacity.Node, bool, error) {
 	var invs gpulabv1alpha1.GPUInventoryList
 	if err := r.client.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
 		return nil, false, fmt.Errorf("listing GPU inventories: %w", err)
@@ -365,6 +365,6 @@ func (r *Reconciler) capacity(ctx context.Context) ([]inventory.Node, bool, erro
 	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, fmt.Errorf("listing nodes: %w", err)
 	}
-	view, fromInventory := inventory.Nodes(invs.Items, nodes.Items)
+	view, fromInventory := capacity.Nodes(invs.Items, nodes.Items)
 	return view, fromInventory, nil
 }

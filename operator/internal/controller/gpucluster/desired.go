@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/inventory"
-	"github.com/gpulab/gpulab/operator/internal/podgroup/resources"
+	"github.com/gpulab/gpulab/operator/internal/capacity"
+	"github.com/gpulab/gpulab/operator/internal/sizing"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -43,8 +43,8 @@ type desiredState struct {
 	groups  []group
 	pods    map[string]*corev1.Pod // by name
 	service *corev1.Service
-	gang    resources.Gang
-	verdict inventory.Verdict
+	gang    sizing.GangSize
+	verdict capacity.Verdict
 }
 
 // headServiceName is the head's Service; pods reach the head through it.
@@ -64,7 +64,7 @@ func podName(cluster string, g string, index int32) string {
 // it will be created, sizes the gang from those pods and checks it fits.
 // overheads maps RuntimeClass names to their pod overhead; existing are the
 // cluster's pods, whose wholeNode GPU counts replacements keep.
-func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node, overheads map[string]corev1.ResourceList, gang scheduler.Gang, existing []corev1.Pod) *desiredState {
+func buildDesired(cluster *gpulabv1alpha1.GPUCluster, fleet []capacity.Node, overheads map[string]corev1.ResourceList, gang scheduler.Backend, existing []corev1.Pod) *desiredState {
 	d := &desiredState{pods: map[string]*corev1.Pod{}}
 	d.groups = append(d.groups, group{
 		name: gpulabv1alpha1.HeadGroupName, replicas: 1, min: 1,
@@ -79,18 +79,18 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node,
 		d.groups = append(d.groups, group{name: wg.Name, replicas: wg.Replicas, min: minimum, gpus: wg.GPUs, template: &wg.Template})
 	}
 
-	var members []resources.Member
-	var demands []inventory.Demand
+	var members []sizing.Member
+	var demands []capacity.Demand
 	for i := range d.groups {
 		g := &d.groups[i]
-		g.gpusPerPod = resolveGPUs(g.gpus, capacity)
+		g.gpusPerPod = resolveGPUs(g.gpus, fleet)
 		if n, ok := placedWholeNodeGPUs(g, existing); ok {
 			// Fixed at gang creation: a replacement matches its peers even
 			// if a GPU of the fleet has turned sick since.
 			g.gpusPerPod = n
 		}
 		if g.gpus != nil {
-			demands = append(demands, inventory.Demand{Group: g.name, Selector: selector(g.gpus), GPUsPerPod: g.gpusPerPod, Pods: g.min})
+			demands = append(demands, capacity.Demand{Group: g.name, Selector: selector(g.gpus), GPUsPerPod: g.gpusPerPod, Pods: g.min})
 			if g.gpusPerPod == 0 {
 				// wholeNode with no matching node: Check reports it.
 				demands[len(demands)-1].GPUsPerPod = 1
@@ -108,10 +108,10 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, capacity []inventory.Node,
 			sample = buildPod(cluster, g, 0, gang)
 		}
 		sample = withOverhead(sample, overheads)
-		members = append(members, resources.Member{Task: g.name, Pod: sample, Min: g.min})
+		members = append(members, sizing.Member{Task: g.name, Pod: sample, Min: g.min})
 	}
-	d.gang = resources.ForMembers(members)
-	d.verdict = inventory.Check(capacity, demands)
+	d.gang = sizing.ForMembers(members)
+	d.verdict = capacity.Check(fleet, demands)
 	d.service = buildHeadService(cluster)
 	return d
 }
@@ -129,8 +129,8 @@ func withOverhead(pod *corev1.Pod, overheads map[string]corev1.ResourceList) *co
 	return sized
 }
 
-func selector(r *gpulabv1alpha1.GPURequest) inventory.Selector {
-	s := inventory.Selector{Product: r.Product}
+func selector(r *gpulabv1alpha1.GPURequest) capacity.Selector {
+	s := capacity.Selector{Product: r.Product}
 	if r.MinMemoryMiB != nil {
 		s.MinMemoryMiB = *r.MinMemoryMiB
 	}
@@ -139,14 +139,14 @@ func selector(r *gpulabv1alpha1.GPURequest) inventory.Selector {
 
 // resolveGPUs turns a request into a per-pod GPU count: perPod as given,
 // wholeNode as the healthy GPU count of the matching nodes.
-func resolveGPUs(r *gpulabv1alpha1.GPURequest, capacity []inventory.Node) int32 {
+func resolveGPUs(r *gpulabv1alpha1.GPURequest, fleet []capacity.Node) int32 {
 	switch {
 	case r == nil:
 		return 0
 	case r.PerPod != nil:
 		return *r.PerPod
 	default:
-		return inventory.WholeNodeGPUs(capacity, selector(r))
+		return capacity.WholeNodeGPUs(fleet, selector(r))
 	}
 }
 
@@ -187,7 +187,7 @@ func placedWholeNodeGPUs(g *group, existing []corev1.Pod) (int32, bool) {
 			continue
 		}
 		for _, c := range p.Spec.Containers {
-			if q, ok := c.Resources.Requests[inventory.GPUResource]; ok && q.Value() > 0 {
+			if q, ok := c.Resources.Requests[capacity.GPUResource]; ok && q.Value() > 0 {
 				return int32(q.Value()), true
 			}
 		}
@@ -212,7 +212,7 @@ func podHash(pod *corev1.Pod) string {
 }
 
 // buildPod renders one pod of a group exactly as it will be created.
-func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang scheduler.Gang) *corev1.Pod {
+func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang scheduler.Backend) *corev1.Pod {
 	tmpl := g.template.DeepCopy()
 	name := podName(cluster.Name, g.name, index)
 	labels := map[string]string{}
@@ -277,8 +277,8 @@ func addGPURequest(pod *corev1.Pod, container string, n int32) {
 	if target.Resources.Limits == nil {
 		target.Resources.Limits = corev1.ResourceList{}
 	}
-	target.Resources.Requests[inventory.GPUResource] = q
-	target.Resources.Limits[inventory.GPUResource] = q
+	target.Resources.Requests[capacity.GPUResource] = q
+	target.Resources.Limits[capacity.GPUResource] = q
 }
 
 // addGPUAffinity requires the GFD product and memory labels, ANDed into
@@ -286,10 +286,10 @@ func addGPURequest(pod *corev1.Pod, container string, n int32) {
 func addGPUAffinity(pod *corev1.Pod, r *gpulabv1alpha1.GPURequest) {
 	var exprs []corev1.NodeSelectorRequirement
 	if r.Product != "" {
-		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: inventory.ProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{r.Product}})
+		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: capacity.ProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{r.Product}})
 	}
 	if r.MinMemoryMiB != nil {
-		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: inventory.MemoryLabel, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(*r.MinMemoryMiB-1, 10)}})
+		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: capacity.MemoryLabel, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(*r.MinMemoryMiB-1, 10)}})
 	}
 	if len(exprs) == 0 {
 		return

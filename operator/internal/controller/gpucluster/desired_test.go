@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/inventory"
+	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -38,10 +38,10 @@ func testCluster(workers int32) *gpulabv1alpha1.GPUCluster {
 	}
 }
 
-func fleet(n int) []inventory.Node {
-	nodes := make([]inventory.Node, n)
+func fleet(n int) []capacity.Node {
+	nodes := make([]capacity.Node, n)
 	for i := range nodes {
-		nodes[i] = inventory.Node{Name: fmt.Sprintf("n%d", i), Product: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559, Healthy: 8}
+		nodes[i] = capacity.Node{Name: fmt.Sprintf("n%d", i), Product: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559, Healthy: 8}
 	}
 	return nodes
 }
@@ -52,10 +52,10 @@ func TestBuildPodPlacesGPUsWhereAsked(t *testing.T) {
 		t.Fatalf("pods %v, want c-head, c-w-0, c-w-1", keys(d.pods))
 	}
 	w := d.pods["c-w-1"]
-	if gpus := w.Spec.Containers[1].Resources.Limits[inventory.GPUResource]; gpus.Value() != 8 {
+	if gpus := w.Spec.Containers[1].Resources.Limits[capacity.GPUResource]; gpus.Value() != 8 {
 		t.Errorf("train container has %s GPUs, want 8", gpus.String())
 	}
-	if _, ok := w.Spec.Containers[0].Resources.Limits[inventory.GPUResource]; ok {
+	if _, ok := w.Spec.Containers[0].Resources.Limits[capacity.GPUResource]; ok {
 		t.Errorf("the sidecar got GPUs")
 	}
 	terms := w.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms

@@ -1,4 +1,4 @@
-package resources_test
+package sizing_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpulab/gpulab/operator/internal/podgroup/resources"
+	"github.com/gpulab/gpulab/operator/internal/sizing"
 )
 
 // A worker with an init container larger than its main container counts
@@ -18,7 +18,7 @@ func ExampleForMembers() {
 		Containers: []corev1.Container{{Name: "train", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), "nvidia.com/gpu": resource.MustParse("8")}}}},
 	}}
-	g := resources.ForMembers([]resources.Member{{Task: "workers", Pod: worker, Min: 2}})
+	g := sizing.ForMembers([]sizing.Member{{Task: "workers", Pod: worker, Min: 2}})
 	cpu, gpu := g.MinResources[corev1.ResourceCPU], g.MinResources["nvidia.com/gpu"]
 	fmt.Println(g.MinMember, g.MinTaskMember, cpu.String(), gpu.String())
 	// Output: 2 map[workers:2] 16 16

@@ -1,10 +1,10 @@
-// Package resources computes a gang's Volcano PodGroup sizing — minMember,
+// Package sizing computes a gang's Volcano PodGroup sizing — minMember,
 // minTaskMember and minResources — from the pods exactly as they will be
 // created. Each pod counts with its effective request by the Kubernetes rule
 // (app containers plus restartable sidecars, the largest init phase, pod
 // overhead, pod-level resources), so the queue admits a gang only when its
 // real footprint fits; summing container templates alone under-counts.
-package resources
+package sizing
 
 import (
 	"maps"
@@ -26,8 +26,8 @@ type Member struct {
 	Min int32
 }
 
-// Gang is a PodGroup's sizing.
-type Gang struct {
+// GangSize is a PodGroup's sizing.
+type GangSize struct {
 	// MinMember is the number of pods that must be schedulable together.
 	MinMember int32
 	// MinTaskMember is MinMember split by task, so the gang cannot be
@@ -40,8 +40,8 @@ type Gang struct {
 // ForMembers sizes a gang. MinMember, MinTaskMember and MinResources always
 // describe the same set of pods. Tasks with Min 0 are left out of
 // MinTaskMember, as Volcano expects.
-func ForMembers(members []Member) Gang {
-	g := Gang{MinTaskMember: map[string]int32{}, MinResources: corev1.ResourceList{}}
+func ForMembers(members []Member) GangSize {
+	g := GangSize{MinTaskMember: map[string]int32{}, MinResources: corev1.ResourceList{}}
 	for _, m := range members {
 		if m.Min <= 0 {
 			continue

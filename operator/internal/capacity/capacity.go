@@ -1,8 +1,8 @@
-// Package inventory is the operator's view of healthy GPU capacity: one
+// Package capacity is the operator's view of healthy GPU capacity: one
 // entry per schedulable node, from GPUInventory where the node agent runs,
 // from node allocatable and GFD labels otherwise. It resolves wholeNode
 // requests and decides whether a gang can ever fit.
-package inventory
+package capacity
 
 import (
 	"fmt"
