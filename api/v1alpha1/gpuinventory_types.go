@@ -4,6 +4,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// ClearHealthAnnotation on a GPUInventory asks its node's agent to clear the
+// sticky health verdicts of the listed GPUs: comma-separated UUIDs, or "all".
+// The agent removes the annotation once it has published the cleared status.
+const ClearHealthAnnotation = "gpulab.io/clear-health"
+
 // GPUInventory is the GPU inventory of one node, named after the node and
 // written only by that node's agent (server-side apply, its own field manager).
 // It has no spec: everything in it is observed.
@@ -80,7 +85,8 @@ type GPUDevice struct {
 	// Index is NVML's device index.
 	// +kubebuilder:validation:Minimum=0
 	Index int32 `json:"index"`
-	// UUID is the GPU's UUID (GPU-...).
+	// UUID is the GPU's UUID (GPU-...). For a GPU that NVML reports lost it
+	// is the UUID last read at that index.
 	// +optional
 	UUID string `json:"uuid,omitempty"`
 	// Product is the device name as NVML reports it.
@@ -181,6 +187,12 @@ type GPUHealth struct {
 	// Since is when the state last changed.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
+	// Sticky means the verdict came from an event (a critical XID, an
+	// uncorrectable ECC error) rather than from a state NVML reports on every
+	// scan. It outlives agent restarts and is cleared only by the
+	// gpulab.io/clear-health annotation.
+	// +optional
+	Sticky bool `json:"sticky,omitempty"`
 }
 
 // GPUInventoryList is a list of GPUInventories.

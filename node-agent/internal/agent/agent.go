@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,13 @@ type Publisher interface {
 	Load(ctx context.Context, node string) (*v1alpha1.GPUInventoryStatus, error)
 	// Publish writes whatever part of s changed.
 	Publish(ctx context.Context, node string, s publisher.State) error
+	// WatchClearHealth calls f with the value of the node's
+	// v1alpha1.ClearHealthAnnotation ("" without one) whenever it may have
+	// changed, until ctx is done.
+	WatchClearHealth(ctx context.Context, node string, f func(value string)) error
+	// ClearHealthDone removes the node's v1alpha1.ClearHealthAnnotation if it
+	// still holds value.
+	ClearHealthDone(ctx context.Context, node, value string) error
 }
 
 var _ Publisher = (*publisher.Publisher)(nil)
@@ -63,10 +71,13 @@ type Agent struct {
 	log     logr.Logger
 
 	trigger chan struct{}
-	// last is the status built by the last scan; only the Run goroutine
-	// touches it.
+	// clears carries the latest clear-health annotation value from the watch.
+	clears chan string
+	// last is the status built by the last scan (or loaded from the API
+	// server); only the Run goroutine touches it, and loaded and clear.
 	last   *v1alpha1.GPUInventoryStatus
 	loaded bool
+	clear  clearRequest
 
 	mu       sync.Mutex
 	snapshot *Result
@@ -78,8 +89,17 @@ type Result struct {
 	Snapshot *nvml.Snapshot
 	// State is what is published.
 	State publisher.State
+}
 
-	input inventory.Input
+// clearRequest is the clear-health annotation being served.
+type clearRequest struct {
+	value string
+	// seen is when value was first seen. Only verdicts recorded before then
+	// are cleared, so serving a request again never clears a newer event.
+	seen time.Time
+	// removed means the annotation was removed after the clear was
+	// published; the request ends when the watch sees it gone.
+	removed bool
 }
 
 // New returns an Agent reading b.
@@ -99,9 +119,10 @@ func New(b nvml.Backend, opts Options) (*Agent, error) {
 	return &Agent{
 		backend: b,
 		opts:    opts,
-		tracker: health.NewTracker(health.Options{IgnoredXIDs: opts.IgnoredXIDs}),
+		tracker: health.NewTracker(health.Options{IgnoredXIDs: opts.IgnoredXIDs, Now: opts.Now}),
 		log:     opts.Log.WithValues("node", opts.NodeName),
 		trigger: make(chan struct{}, 1),
+		clears:  make(chan string, 1),
 	}, nil
 }
 
@@ -191,6 +212,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if noDriver == "" {
 		startWatch()
 	}
+	if p := a.opts.Publisher; p != nil {
+		wg.Go(func() { a.watchClears(watchCtx, p) })
+	}
 
 	backoff := time.Duration(0)
 	timer := time.NewTimer(0)
@@ -207,6 +231,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-a.trigger:
 			resetTimer(timer, 0)
 			continue
+		case v := <-a.clears:
+			if a.noteClear(v) {
+				resetTimer(timer, 0)
+			}
+			continue
 		case <-timer.C:
 		}
 		if noDriver != "" {
@@ -216,9 +245,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				startWatch()
 			}
 		}
-		r := a.scan(noDriver)
 		next := a.opts.Interval
-		if err := a.publish(ctx, r); err != nil {
+		if err := a.sync(ctx, noDriver); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -268,25 +296,180 @@ func (a *Agent) observe(e nvml.Event) bool {
 
 // scan reads NVML and builds the node's state.
 func (a *Agent) scan(noDriver string) *Result {
-	in := inventory.Input{Previous: a.last, NoDriver: noDriver, Now: a.opts.Now()}
-	var snap *nvml.Snapshot
-	if noDriver == "" {
-		start := time.Now()
-		s, err := a.backend.Snapshot()
-		if m := a.opts.Metrics; m != nil {
-			m.ScanDuration.Observe(time.Since(start).Seconds())
-			if err != nil {
-				m.ScanErrors.Inc()
-			}
+	in := a.read(noDriver)
+	a.identifyLost(in.Snapshot)
+	return a.build(in)
+}
+
+// sync scans and publishes: the first time it reads back what was published
+// before (times and sticky health), and it serves clear-health requests.
+func (a *Agent) sync(ctx context.Context, noDriver string) error {
+	in := a.read(noDriver)
+	p := a.opts.Publisher
+	var loadErr error
+	if p != nil && !a.loaded {
+		// Publishing before loading would overwrite the sticky verdicts of
+		// the last run with Healthy.
+		loadErr = a.load(ctx, p)
+	}
+	a.identifyLost(in.Snapshot)
+	if p == nil || loadErr != nil {
+		a.build(in) // gauges and Last still follow NVML
+		return loadErr
+	}
+	serving := a.serveClear(in)
+	r := a.build(in)
+	if err := p.Publish(ctx, a.opts.NodeName, r.State); err != nil {
+		return fmt.Errorf("node %s: %w", a.opts.NodeName, err)
+	}
+	if a.opts.OnPublished != nil {
+		a.opts.OnPublished()
+	}
+	if serving {
+		// Only now that the cleared status is stored: removed earlier, a
+		// restart would restore the verdicts from the old status.
+		if err := p.ClearHealthDone(ctx, a.opts.NodeName, a.clear.value); err != nil {
+			return fmt.Errorf("node %s: %w", a.opts.NodeName, err)
 		}
+		a.clear.removed = true
+	}
+	return nil
+}
+
+// load reads the status published before, so that a restarted agent keeps
+// the published times and the sticky health verdicts.
+func (a *Agent) load(ctx context.Context, p Publisher) error {
+	prev, err := p.Load(ctx, a.opts.NodeName)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", a.opts.NodeName, err)
+	}
+	a.loaded = true
+	if prev == nil {
+		return nil
+	}
+	a.last = prev
+	if uuids := a.tracker.Restore(prev.GPUs); len(uuids) > 0 {
+		a.log.Info("restored sticky GPU health from the GPUInventory", "gpus", uuids)
+	}
+	return nil
+}
+
+// read scans NVML.
+func (a *Agent) read(noDriver string) inventory.Input {
+	in := inventory.Input{NoDriver: noDriver, Now: a.opts.Now()}
+	if noDriver != "" {
+		return in
+	}
+	start := time.Now()
+	s, err := a.backend.Snapshot()
+	if m := a.opts.Metrics; m != nil {
+		m.ScanDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
-			a.log.Error(err, "NVML scan failed")
-			in.ScanError = err
-		} else {
-			snap = s
+			m.ScanErrors.Inc()
 		}
 	}
-	in.Snapshot = snap
+	if err != nil {
+		a.log.Error(err, "NVML scan failed")
+		in.ScanError = err
+	} else {
+		in.Snapshot = s
+	}
+	return in
+}
+
+// identifyLost gives a lost GPU, which NVML no longer identifies, the UUID
+// last published at its index (a lost GPU keeps its index until the driver
+// reloads), so that its sticky verdict stays attached to it.
+func (a *Agent) identifyLost(s *nvml.Snapshot) {
+	if s == nil || a.last == nil {
+		return
+	}
+	for i := range s.Devices {
+		d := &s.Devices[i]
+		if !d.Lost || d.UUID != "" {
+			continue
+		}
+		for _, g := range a.last.GPUs {
+			if int(g.Index) == d.Index {
+				d.UUID = g.UUID
+			}
+		}
+	}
+}
+
+// noteClear records the clear-health annotation's value and reports whether
+// there is a new request to serve.
+func (a *Agent) noteClear(v string) bool {
+	if v == a.clear.value {
+		return false // the same request, e.g. seen again after it was served
+	}
+	a.clear = clearRequest{value: v, seen: a.opts.Now()}
+	return v != ""
+}
+
+// serveClear clears the sticky verdicts the pending request names and
+// reports whether it did. It waits for a successful scan: the status of a
+// failed one keeps the old verdicts.
+func (a *Agent) serveClear(in inventory.Input) bool {
+	c := a.clear
+	if c.value == "" || c.removed || in.ScanError != nil {
+		return false
+	}
+	all, uuids := parseClear(c.value)
+	var present []string
+	if s := in.Snapshot; s != nil {
+		for i := range s.Devices {
+			present = append(present, s.Devices[i].UUID)
+		}
+	}
+	cleared := a.tracker.Clear(all, uuids, c.seen, present)
+	a.log.Info("clearing sticky GPU health on request", "annotation", v1alpha1.ClearHealthAnnotation,
+		"request", c.value, "cleared", cleared)
+	return true
+}
+
+// parseClear reads a clear-health value: "all" or comma-separated UUIDs.
+func parseClear(v string) (all bool, uuids []string) {
+	for item := range strings.SplitSeq(v, ",") {
+		switch item = strings.TrimSpace(item); item {
+		case "":
+		case "all":
+			all = true
+		default:
+			uuids = append(uuids, item)
+		}
+	}
+	return all, uuids
+}
+
+// watchClears feeds clear-health requests to Run, re-establishing the watch
+// after errors.
+func (a *Agent) watchClears(ctx context.Context, p Publisher) {
+	offer := func(v string) {
+		// Latest wins: a value Run has not taken yet is outdated.
+		select {
+		case <-a.clears:
+		default:
+		}
+		a.clears <- v
+	}
+	for ctx.Err() == nil {
+		err := p.WatchClearHealth(ctx, a.opts.NodeName, offer)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		a.log.Error(err, "watching the GPUInventory for clear-health requests; retrying", "after", a.opts.Interval)
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.opts.Interval):
+		}
+	}
+}
+
+// build evaluates health and builds the node's state from in.
+func (a *Agent) build(in inventory.Input) *Result {
+	in.Previous = a.last
+	snap := in.Snapshot
 	if snap != nil {
 		in.Health = make([]v1alpha1.GPUHealth, len(snap.Devices))
 		for i := range snap.Devices {
@@ -294,7 +477,7 @@ func (a *Agent) scan(noDriver string) *Result {
 		}
 	}
 	status := inventory.Status(in)
-	r := &Result{Snapshot: snap, input: in, State: publisher.State{Status: status, Labels: labels.ForNode(snap), Healthy: int(status.Summary.Healthy)}}
+	r := &Result{Snapshot: snap, State: publisher.State{Status: status, Labels: labels.ForNode(snap), Healthy: int(status.Summary.Healthy)}}
 	if in.ScanError != nil {
 		// A failed scan says nothing new about the GPUs: keep the labels and
 		// gauges as they were rather than removing them.
@@ -335,34 +518,4 @@ func (a *Agent) exportMetrics(r *Result, h []v1alpha1.GPUHealth) {
 		}
 	}
 	m.GPUs.Set(a.opts.NodeName, driver, gpus)
-}
-
-// publish writes r, loading the stored status first so that a restarted
-// agent keeps the published times.
-func (a *Agent) publish(ctx context.Context, r *Result) error {
-	p := a.opts.Publisher
-	if p == nil {
-		return nil
-	}
-	if !a.loaded {
-		prev, err := p.Load(ctx, a.opts.NodeName)
-		if err != nil {
-			return err
-		}
-		a.loaded = true
-		if prev != nil {
-			// Rebuild from the same scan with the stored times.
-			in := r.input
-			in.Previous = prev
-			r.State.Status = inventory.Status(in)
-			a.last = &r.State.Status
-		}
-	}
-	if err := p.Publish(ctx, a.opts.NodeName, r.State); err != nil {
-		return fmt.Errorf("node %s: %w", a.opts.NodeName, err)
-	}
-	if a.opts.OnPublished != nil {
-		a.opts.OnPublished()
-	}
-	return nil
 }

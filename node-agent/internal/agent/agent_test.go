@@ -18,14 +18,54 @@ import (
 	"github.com/gpulab/gpulab/node-agent/internal/publisher"
 )
 
-// recorder is a Publisher that keeps every state it is given.
+// recorder is a Publisher that keeps every state it is given. Load returns
+// stored; annotate plays the clear-health annotation.
 type recorder struct {
-	mu     sync.Mutex
-	states []publisher.State
+	mu      sync.Mutex
+	states  []publisher.State
+	stored  *v1alpha1.GPUInventoryStatus
+	watcher func(string)
+	done    []string
 }
 
 func (r *recorder) Load(context.Context, string) (*v1alpha1.GPUInventoryStatus, error) {
-	return nil, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stored.DeepCopy(), nil
+}
+
+func (r *recorder) WatchClearHealth(ctx context.Context, _ string, f func(string)) error {
+	r.mu.Lock()
+	r.watcher = f
+	r.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+func (r *recorder) ClearHealthDone(_ context.Context, _ string, value string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done = append(r.done, value)
+	return nil
+}
+
+// annotate delivers a clear-health annotation value once the agent watches.
+func (r *recorder) annotate(t *testing.T, value string) {
+	t.Helper()
+	var f func(string)
+	eventually(t, "the agent to watch for clear-health requests", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		f = r.watcher
+		return f != nil
+	})
+	f(value)
+}
+
+func (r *recorder) cleared() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.done...)
 }
 
 func (r *recorder) Publish(_ context.Context, _ string, s publisher.State) error {
@@ -55,11 +95,17 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func startAgent(t *testing.T, profile string) (*mock.Backend, *Agent, *recorder, *metrics.Metrics) {
 	t.Helper()
+	return startAgentWith(t, profile, &recorder{})
+}
+
+// startAgentWith starts an agent publishing to rec (whose stored status is
+// what an earlier run published).
+func startAgentWith(t *testing.T, profile string, rec *recorder) (*mock.Backend, *Agent, *recorder, *metrics.Metrics) {
+	t.Helper()
 	b, err := mock.New(profile, "node-1", nvml.Options{EventWaitTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
 	m := metrics.New(prometheus.NewRegistry())
 	// A long interval: every rescan in these tests is caused by an event.
 	a, err := New(b, Options{NodeName: "node-1", Interval: time.Hour, Publisher: rec, Metrics: m})
@@ -151,6 +197,84 @@ func TestLostGPUAndRescanStability(t *testing.T) {
 	g := rec.all()[2].Status.GPUs[4]
 	if g.Health.State != v1alpha1.GPUUnhealthy || g.Health.Reason != "GPUIsLost" || len(g.Errors) == 0 {
 		t.Errorf("GPU 4: %+v", g)
+	}
+}
+
+// TestStickyHealthOutlivesRestart: an agent started on a node whose stored
+// inventory has a sticky verdict publishes it again (the same GPU by UUID,
+// also while NVML reports that GPU lost), and clears it only on request.
+func TestStickyHealthOutlivesRestart(t *testing.T) {
+	// The first run: XID 79 on GPU 5, then GPU 5 falls off the bus.
+	b, _, first, _ := startAgent(t, "dgx-h100")
+	if err := b.InjectXID(5, 79); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a publish after XID 79", func() bool { return len(first.all()) == 2 })
+	if err := b.SetLost(5); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a publish after GPU 5 was lost", func() bool { return len(first.all()) == 3 })
+	lost := first.all()[2].Status
+	if g := lost.GPUs[5]; g.UUID != b.UUID(5) || !g.Health.Sticky || g.Health.Reason != "XidCriticalError" {
+		t.Fatalf("lost GPU 5 must keep its UUID and sticky verdict: %+v", g)
+	}
+
+	// The second run, after a reboot: GPU 5 answers again.
+	rec := &recorder{stored: &lost}
+	b2, a, rec, m := startAgentWith(t, "dgx-h100", rec)
+	st := rec.all()[0].Status
+	g := st.GPUs[5]
+	if g.UUID != b2.UUID(5) || g.Health.State != v1alpha1.GPUUnhealthy || !g.Health.Sticky ||
+		g.Health.Reason != "XidCriticalError" || g.Health.LastXID == nil || *g.Health.LastXID != 79 {
+		t.Errorf("GPU 5 after the restart: %+v", g.Health)
+	}
+	if want := lost.GPUs[5].Health.Since; g.Health.Since == nil || !g.Health.Since.Equal(want) {
+		t.Errorf("GPU 5 since %v, want the first run's %v", g.Health.Since, want)
+	}
+	if st.Summary.Healthy != 7 || rec.all()[0].Healthy != 7 {
+		t.Errorf("healthy after the restart: %d", st.Summary.Healthy)
+	}
+	if got := gauge(t, m, "gpulab_gpu_healthy", "5"); got != 0 {
+		t.Errorf("gpulab_gpu_healthy{gpu=5} = %v", got)
+	}
+
+	// Another GPU's UUID clears nothing; GPU 5's does, and only once the
+	// cleared status is published is the annotation removed.
+	rec.annotate(t, b2.UUID(4))
+	eventually(t, "the request for GPU 4 to be served", func() bool { return len(rec.cleared()) == 1 })
+	if h := rec.all()[len(rec.all())-1].Status.GPUs[5].Health; h.State != v1alpha1.GPUUnhealthy {
+		t.Errorf("clearing GPU 4 changed GPU 5: %+v", h)
+	}
+	rec.annotate(t, "")
+	rec.annotate(t, " "+b2.UUID(5)+", ")
+	eventually(t, "the request for GPU 5 to be served", func() bool { return len(rec.cleared()) == 2 })
+	last := rec.all()[len(rec.all())-1]
+	if h := last.Status.GPUs[5].Health; h.State != v1alpha1.GPUHealthy || h.Sticky || last.Status.Summary.Healthy != 8 {
+		t.Errorf("GPU 5 after the clear: %+v (healthy %d)", h, last.Status.Summary.Healthy)
+	}
+	if got := rec.cleared()[1]; got != " "+b2.UUID(5)+", " {
+		t.Errorf("annotation removed for value %q", got)
+	}
+
+	// Seeing the served request again (the watch may) clears no newer XID.
+	if err := b2.InjectXID(5, 48); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "GPU 5 unhealthy again", func() bool {
+		return rec.all()[len(rec.all())-1].Status.GPUs[5].Health.State == v1alpha1.GPUUnhealthy
+	})
+	rec.annotate(t, " "+b2.UUID(5)+", ")
+	eventually(t, "the agent to take the request", func() bool { return len(a.clears) == 0 })
+	n := len(rec.all())
+	a.Rescan()
+	eventually(t, "the rescan", func() bool { return len(rec.all()) > n })
+	if h := rec.all()[len(rec.all())-1].Status.GPUs[5].Health; h.State != v1alpha1.GPUUnhealthy || len(rec.cleared()) != 2 {
+		t.Errorf("the served request seen again cleared XID 48: %+v", h)
+	}
+	rec.annotate(t, "all")
+	eventually(t, "the request for all to be served", func() bool { return len(rec.cleared()) == 3 })
+	if h := rec.all()[len(rec.all())-1].Status.GPUs[5].Health; h.State != v1alpha1.GPUHealthy {
+		t.Errorf("GPU 5 after clearing all: %+v", h)
 	}
 }
 

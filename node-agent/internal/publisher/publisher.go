@@ -2,9 +2,11 @@ package publisher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,8 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
@@ -68,7 +74,7 @@ type State struct {
 // Publisher applies States. It is safe for concurrent use by the agents of
 // different nodes.
 type Publisher struct {
-	c    client.Client
+	c    client.WithWatch
 	opts Options
 
 	mu   sync.Mutex
@@ -86,8 +92,9 @@ type written struct {
 }
 
 // New returns a Publisher writing through c, whose scheme must know
-// gpulab.io/v1alpha1 and core/v1.
-func New(c client.Client, opts Options) *Publisher {
+// gpulab.io/v1alpha1 and core/v1. It watches through c too (one GPUInventory
+// per agent, for clear-health requests).
+func New(c client.WithWatch, opts Options) *Publisher {
 	if opts.FieldManager == "" {
 		opts.FieldManager = DefaultFieldManager
 	}
@@ -108,6 +115,67 @@ func (p *Publisher) Load(ctx context.Context, node string) (*v1alpha1.GPUInvento
 		return nil, fmt.Errorf("reading GPUInventory %s: %w", node, err)
 	}
 	return &inv.Status, nil
+}
+
+// WatchClearHealth calls f with the value of node's
+// v1alpha1.ClearHealthAnnotation ("" without one) on every change of the
+// node's GPUInventory, until ctx is done. It watches that one object, so an
+// idle node costs the API server no requests.
+func (p *Publisher) WatchClearHealth(ctx context.Context, node string, f func(value string)) error {
+	sel := fields.OneTermEqualSelector("metadata.name", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			var l v1alpha1.GPUInventoryList
+			err := p.c.List(ctx, &l, &client.ListOptions{Raw: &o})
+			return &l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return p.c.Watch(ctx, &v1alpha1.GPUInventoryList{}, &client.ListOptions{Raw: &o})
+		},
+	}
+	value := func(obj any) string {
+		if inv, ok := obj.(*v1alpha1.GPUInventory); ok {
+			return inv.Annotations[v1alpha1.ClearHealthAnnotation]
+		}
+		return ""
+	}
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &v1alpha1.GPUInventory{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { f(value(obj)) },
+			UpdateFunc: func(_, obj any) { f(value(obj)) },
+			DeleteFunc: func(any) { f("") },
+		},
+	})
+	informer.RunWithContext(ctx)
+	return nil
+}
+
+// ClearHealthDone removes node's v1alpha1.ClearHealthAnnotation if it still
+// holds value; a value someone changed meanwhile is a new request and stays.
+func (p *Publisher) ClearHealthDone(ctx context.Context, node, value string) error {
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(v1alpha1.ClearHealthAnnotation)
+	patch, err := json.Marshal([]map[string]string{
+		{"op": "test", "path": path, "value": value},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding patch: %w", err)
+	}
+	inv := &v1alpha1.GPUInventory{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	err = p.c.Patch(ctx, inv, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(p.opts.FieldManager))
+	if err == nil || apierrors.IsNotFound(err) {
+		return nil
+	}
+	// A failed test is a changed or removed annotation: nothing to remove.
+	var cur v1alpha1.GPUInventory
+	if gerr := p.c.Get(ctx, client.ObjectKey{Name: node}, &cur); gerr == nil && cur.Annotations[v1alpha1.ClearHealthAnnotation] != value {
+		return nil
+	}
+	return fmt.Errorf("removing annotation %s from GPUInventory %s: %w", v1alpha1.ClearHealthAnnotation, node, err)
 }
 
 // Forget drops what was written for node, so the next Publish writes it all.

@@ -42,7 +42,7 @@ func TestAgentPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	pub := publisher.New(e.Client, publisher.Options{LabelNode: true, Metrics: m})
+	pub := publisher.New(admin, publisher.Options{LabelNode: true, Metrics: m})
 	a, err := agent.New(b, agent.Options{NodeName: node.Name, Interval: time.Hour, Publisher: pub, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestAgentPublishes(t *testing.T) {
 func TestLabelsAndCapacity(t *testing.T) {
 	e := needEnv(t)
 	node := createNode(t, e.Client, "label-node", map[string]string{"team": "ml"})
-	p := publisher.New(e.Client, publisher.Options{LabelNode: true, AdvertiseCapacity: true})
+	p := publisher.New(admin, publisher.Options{LabelNode: true, AdvertiseCapacity: true})
 	st := publisher.State{Labels: map[string]string{"nvidia.com/gpu.count": "8", "nvidia.com/mig.capable": "true"}, Healthy: 8}
 	if err := p.Publish(ctx(t), node.Name, st); err != nil {
 		t.Fatal(err)
@@ -151,8 +151,8 @@ func TestLabelsAndCapacity(t *testing.T) {
 }
 
 func TestPublishForMissingNodeFails(t *testing.T) {
-	e := needEnv(t)
-	p := publisher.New(e.Client, publisher.Options{LabelNode: true})
+	needEnv(t)
+	p := publisher.New(admin, publisher.Options{LabelNode: true})
 	if err := p.Publish(ctx(t), "no-such-node", publisher.State{}); err == nil {
 		t.Fatal("publishing for a node that does not exist must fail, not create it")
 	}
@@ -171,7 +171,7 @@ func TestResync(t *testing.T) {
 		resync time.Duration
 		back   bool
 	}{{time.Hour, false}, {time.Nanosecond, true}} {
-		p := publisher.New(e.Client, publisher.Options{ResyncPeriod: tc.resync})
+		p := publisher.New(admin, publisher.Options{ResyncPeriod: tc.resync})
 		if err := p.Publish(ctx(t), node.Name, st); err != nil || !exists() {
 			t.Fatalf("first publish: %v", err)
 		}

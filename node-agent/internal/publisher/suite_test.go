@@ -17,10 +17,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/testbeds/envtest"
+	"github.com/gpulab/gpulab/testbeds/local"
 )
 
-// env is one API server shared by the package's tests (skipped with -short).
-var env *envtest.Environment
+// env is one API server shared by the package's tests (skipped with -short);
+// admin is a client of it that can also watch, as publishers need.
+var (
+	env   *envtest.Environment
+	admin client.WithWatch
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -33,6 +38,10 @@ func TestMain(m *testing.M) {
 			}
 			defer func() { _ = e.Stop() }()
 			env = e
+			if admin, err = client.NewWithWatch(e.Config, client.Options{Scheme: local.Scheme}); err != nil {
+				println("client:", err.Error())
+				return 1
+			}
 		}
 		return m.Run()
 	}()
