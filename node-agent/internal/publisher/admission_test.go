@@ -2,17 +2,29 @@ package publisher_test
 
 import (
 	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/internal/labels"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml"
+	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
 	"github.com/gpulab/gpulab/node-agent/internal/publisher"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -131,7 +143,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	}
 	relabel := a.DeepCopy()
 	relabel.Labels["kubernetes.io/hostname"] = "node-b"
-	if err := agentA.Patch(ctx(t), relabel, client.MergeFrom(&a)); !denied(err, "only change nvidia.com/ labels") {
+	if err := agentA.Patch(ctx(t), relabel, client.MergeFrom(&a)); !denied(err, "may only change the GFD labels it publishes on its node, not kubernetes.io/hostname") {
 		t.Errorf("node-a's agent changing a kubernetes.io label: %v", err)
 	}
 	cordon := a.DeepCopy()
@@ -148,6 +160,119 @@ func TestAdmissionPolicy(t *testing.T) {
 	// RBAC: the agent may not delete inventories at all.
 	if err := agentA.Delete(ctx(t), &inv); !apierrors.IsForbidden(err) {
 		t.Errorf("deleting an inventory as the agent: %v", err)
+	}
+}
+
+// TestAdmissionPolicyOwnNodeMetadata: on its own node the agent may set the
+// GFD labels it publishes and nothing else: no other label (not even other
+// nvidia.com/ ones, which steer the GPU operator), annotation, finalizer,
+// owner reference, or status other than its nvidia.com/gpu capacity.
+func TestAdmissionPolicyOwnNodeMetadata(t *testing.T) {
+	installPolicy(t, agentUser)
+	agentA := asAgent(t, "node-a")
+	for _, tc := range []struct {
+		name    string
+		mutate  func(n *corev1.Node)
+		message string // empty: allowed
+	}{
+		{"its GFD label", func(n *corev1.Node) { n.Labels["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3" }, ""},
+		{"removing its GFD label", func(n *corev1.Node) { delete(n.Labels, "nvidia.com/gpu.product") }, ""},
+		{"a GPU operator label", func(n *corev1.Node) { n.Labels["nvidia.com/gpu.deploy.driver"] = "false" },
+			"may only change the GFD labels it publishes on its node, not nvidia.com/gpu.deploy.driver"},
+		{"the MIG manager's label", func(n *corev1.Node) { n.Labels["nvidia.com/mig.config"] = "all-1g.10gb" },
+			"not nvidia.com/mig.config"},
+		{"another label", func(n *corev1.Node) { n.Labels["team"] = "ml" }, "not team"},
+		{"removing another label", func(n *corev1.Node) { delete(n.Labels, "kubernetes.io/hostname") },
+			"not kubernetes.io/hostname"},
+		{"an annotation", func(n *corev1.Node) { n.Annotations = map[string]string{"gpulab.io/note": "x"} },
+			"may not change its node's annotations"},
+		{"a finalizer", func(n *corev1.Node) { n.Finalizers = append(n.Finalizers, "gpulab.io/hold") },
+			"may not change its node's finalizers"},
+		{"an owner reference", func(n *corev1.Node) {
+			n.OwnerReferences = append(n.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "node-b", UID: "u"})
+		}, "may not change its node's owner references"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n corev1.Node
+			if err := agentA.Get(ctx(t), client.ObjectKey{Name: "node-a"}, &n); err != nil {
+				t.Fatal(err)
+			}
+			changed := n.DeepCopy()
+			tc.mutate(changed)
+			err := agentA.Patch(ctx(t), changed, client.MergeFrom(&n))
+			switch {
+			case tc.message == "" && err != nil:
+				t.Fatalf("allowed change denied: %v", err)
+			case tc.message != "" && !denied(err, tc.message):
+				t.Fatalf("got %v; want the policy's denial %q", err, tc.message)
+			}
+			t.Logf("%s: %v", tc.name, err)
+		})
+	}
+
+	// Status (testbeds' --advertise-capacity): only nvidia.com/gpu.
+	var n corev1.Node
+	if err := agentA.Get(ctx(t), client.ObjectKey{Name: "node-a"}, &n); err != nil {
+		t.Fatal(err)
+	}
+	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	ac := corev1ac.Node("node-a").WithStatus(corev1ac.NodeStatus().WithCapacity(rl).WithAllocatable(rl))
+	err := agentA.Status().Apply(ctx(t), ac, client.FieldOwner(publisher.DefaultFieldManager), client.ForceOwnership)
+	if !denied(err, "may only change its node's nvidia.com/gpu capacity and allocatable") {
+		t.Errorf("node-a's agent setting its node's cpu capacity: %v", err)
+	}
+}
+
+// TestAdmissionPolicyFollowsTheAgentsBindings: the policy knows the agent by
+// the ClusterRoleBindings that grant the agent's rights, not by a service
+// account name, so an agent deployed elsewhere is held to its node too, and
+// service accounts that are not the agent's are left alone.
+func TestAdmissionPolicyFollowsTheAgentsBindings(t *testing.T) {
+	e := needEnv(t)
+	labels := map[string]string{"app.kubernetes.io/name": "gpulab-agent", "app.kubernetes.io/part-of": "gpulab"}
+	relocated := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpulab-agent-relocated", Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "gpulab-agent"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "gpu-nodes", Name: "node-agent"}},
+	}
+	labeller := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-labeller"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}},
+	}
+	labellerBinding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-labeller"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "node-labeller"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: "labeller"}},
+	}
+	for _, o := range []client.Object{relocated, labeller, labellerBinding} {
+		if err := e.Client.Create(ctx(t), o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Client.Delete(context.Background(), o) })
+	}
+	installPolicy(t, "system:serviceaccount:gpu-nodes:node-agent")
+	if err := publisher.New(asUser(t, "system:serviceaccount:gpu-nodes:node-agent", "node-a"), publisher.Options{LabelNode: true}).
+		Publish(ctx(t), "node-a", state()); err != nil {
+		t.Errorf("the relocated agent writing its own node: %v", err)
+	}
+
+	// Another pod's service account with a node-bound token and its own
+	// rights on nodes (a node labeller) may label any node.
+	other := asUser(t, "system:serviceaccount:kube-system:labeller", "node-a")
+	var err error
+	eventually(t, "the labeller's RBAC", func() bool {
+		var b corev1.Node
+		if err = other.Get(ctx(t), client.ObjectKey{Name: "node-b"}, &b); err != nil {
+			return false
+		}
+		changed := b.DeepCopy()
+		changed.Labels["team"] = "ml"
+		err = other.Patch(ctx(t), changed, client.MergeFrom(&b))
+		// RBAC takes effect asynchronously too; a policy denial is final.
+		return !apierrors.IsForbidden(err) || denied(err, "")
+	})
+	if err != nil {
+		t.Errorf("a service account that is not the agent's labelling node-b: %v", err)
 	}
 }
 
@@ -214,5 +339,54 @@ func TestAgentServesClearHealthAsItsServiceAccount(t *testing.T) {
 	annotate("node-b", "all")
 	if err := publisher.New(agentA, publisher.Options{}).ClearHealthDone(ctx(t), "node-b", "all"); !denied(err, "may only write its own node") {
 		t.Errorf("node-a's agent removing node-b's annotation: %v", err)
+	}
+}
+
+// TestPolicyNamesExactlyTheAgentsLabels: the label keys the admission policy
+// lets the agent change are the keys internal/labels produces for a machine
+// that reports everything, so neither can change without the other.
+func TestPolicyNamesExactlyTheAgentsLabels(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "config", "admission-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy struct {
+		Kind string
+		Spec struct {
+			Variables []struct{ Name, Expression string }
+		}
+	}
+	var expr string
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		if err := yaml.Unmarshal([]byte(doc), &policy); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range policy.Spec.Variables {
+			if policy.Kind == "ValidatingAdmissionPolicy" && v.Name == "ownedLabels" {
+				expr = v.Expression
+			}
+		}
+	}
+	var allowed []string
+	for _, m := range regexp.MustCompile(`'([^']+)'`).FindAllStringSubmatch(expr, -1) {
+		allowed = append(allowed, m[1])
+	}
+
+	be, err := mock.New("dgx-h100", "labels", nvml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = be.Shutdown() }()
+	snap, err := be.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	produced := slices.Sorted(maps.Keys(labels.ForNode(snap)))
+	slices.Sort(allowed)
+	if !slices.Equal(allowed, produced) {
+		t.Errorf("the policy's ownedLabels %v, the agent's labels %v", allowed, produced)
 	}
 }
