@@ -124,7 +124,7 @@ func unschedulable(ctx context.Context, s *scenario) bool {
 		return true
 	}
 	var pg schedulingv1beta1.PodGroup
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: "too-big-pg"}, &pg); err != nil {
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: gpulabv1alpha1.PodGroupName("too-big")}, &pg); err != nil {
 		return false
 	}
 	for _, c := range pg.Status.Conditions {

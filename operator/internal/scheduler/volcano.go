@@ -32,9 +32,6 @@ type Volcano struct{}
 
 var _ Backend = Volcano{}
 
-// PodGroupName is the PodGroup of a cluster.
-func PodGroupName(cluster string) string { return cluster + "-pg" }
-
 // Name implements Backend.
 func (Volcano) Name() gpulabv1alpha1.SchedulerName { return gpulabv1alpha1.SchedulerVolcano }
 
@@ -45,7 +42,7 @@ func (Volcano) Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, tas
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] = PodGroupName(cluster.Name)
+	pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] = gpulabv1alpha1.PodGroupName(cluster.Name)
 	pod.Annotations[TaskAnnotation] = task
 }
 
@@ -59,7 +56,7 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 		MinResources:      &gang.MinResources,
 	}
 	pg := &schedulingv1beta1.PodGroup{}
-	key := client.ObjectKey{Namespace: cluster.Namespace, Name: PodGroupName(cluster.Name)}
+	key := client.ObjectKey{Namespace: cluster.Namespace, Name: gpulabv1alpha1.PodGroupName(cluster.Name)}
 	err := c.Get(ctx, key, pg)
 	switch {
 	case meta.IsNoMatchError(err):
@@ -104,12 +101,12 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 // Only a PodGroup this cluster controls is deleted, the one that was read.
 func (Volcano) Release(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster) error {
 	pg := &schedulingv1beta1.PodGroup{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: PodGroupName(cluster.Name)}, pg)
+	err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: gpulabv1alpha1.PodGroupName(cluster.Name)}, pg)
 	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading PodGroup %s: %w", PodGroupName(cluster.Name), err)
+		return fmt.Errorf("reading PodGroup %s: %w", gpulabv1alpha1.PodGroupName(cluster.Name), err)
 	}
 	if err := ownership.Check("PodGroup", pg, cluster); err != nil {
 		return err

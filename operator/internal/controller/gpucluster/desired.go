@@ -14,17 +14,8 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
-	"github.com/gpulab/gpulab/operator/internal/sizing"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
-)
-
-// Environment variables every pod gets, so launchers (torchrun, mpirun)
-// find the head and their own rank without a discovery service.
-const (
-	EnvClusterName = "GPULAB_CLUSTER_NAME"
-	EnvGroup       = "GPULAB_GROUP"
-	EnvIndex       = "GPULAB_INDEX"
-	EnvHeadAddress = "GPULAB_HEAD_ADDRESS"
+	"github.com/gpulab/gpulab/operator/internal/sizing"
 )
 
 // group is one group of identical pods as resolved for this reconcile.
@@ -47,17 +38,12 @@ type desiredState struct {
 	verdict capacity.Verdict
 }
 
-// headServiceName is the head's Service; pods reach the head through it.
-func headServiceName(cluster string) string { return cluster + "-head" }
-
-// podName is the deterministic name of a pod: a second create of the same
-// pod fails with AlreadyExists, so no cache lag, restart or second replica
-// can ever make a duplicate.
+// podName is the deterministic name of a pod of group g.
 func podName(cluster string, g string, index int32) string {
 	if g == gpulabv1alpha1.HeadGroupName {
-		return cluster + "-head"
+		return gpulabv1alpha1.HeadPodName(cluster)
 	}
-	return fmt.Sprintf("%s-%s-%d", cluster, g, index)
+	return gpulabv1alpha1.WorkerPodName(cluster, g, index)
 }
 
 // buildDesired resolves GPU requests against capacity, builds every pod as
@@ -237,10 +223,10 @@ func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang sc
 		pod.Spec.PriorityClassName = cluster.Spec.Scheduling.PriorityClassName
 	}
 	env := []corev1.EnvVar{
-		{Name: EnvClusterName, Value: cluster.Name},
-		{Name: EnvGroup, Value: g.name},
-		{Name: EnvIndex, Value: strconv.Itoa(int(index))},
-		{Name: EnvHeadAddress, Value: fmt.Sprintf("%s.%s.svc", headServiceName(cluster.Name), cluster.Namespace)},
+		{Name: gpulabv1alpha1.EnvClusterName, Value: cluster.Name},
+		{Name: gpulabv1alpha1.EnvGroup, Value: g.name},
+		{Name: gpulabv1alpha1.EnvIndex, Value: strconv.Itoa(int(index))},
+		{Name: gpulabv1alpha1.EnvHeadAddress, Value: gpulabv1alpha1.HeadAddress(cluster.Name, cluster.Namespace)},
 	}
 	for i := range pod.Spec.Containers {
 		pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, env...)
@@ -322,7 +308,7 @@ func buildHeadService(cluster *gpulabv1alpha1.GPUCluster) *corev1.Service {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: cluster.Namespace,
-			Name:      headServiceName(cluster.Name),
+			Name:      gpulabv1alpha1.HeadServiceName(cluster.Name),
 			Labels:    map[string]string{gpulabv1alpha1.ClusterLabel: cluster.Name},
 		},
 		Spec: corev1.ServiceSpec{

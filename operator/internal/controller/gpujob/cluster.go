@@ -15,9 +15,6 @@ import (
 	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
-// clusterName is the cluster of an attempt: <job>-<attempt>.
-func clusterName(job string, attempt int32) string { return fmt.Sprintf("%s-%d", job, attempt) }
-
 // ensureCluster makes sure the attempt has a cluster and says whether it is
 // Ready. A new cluster's name goes into status (written by the caller)
 // before the create, so the create of a restarted operator finds it.
@@ -29,7 +26,7 @@ func (r *Reconciler) ensureCluster(ctx context.Context, s *scope) (bool, error) 
 	if !s.ownsCluster() {
 		st.ClusterName = s.job.Spec.ClusterRef.Name
 	} else if st.ClusterName == "" {
-		st.ClusterName = clusterName(s.job.Name, st.Attempts)
+		st.ClusterName = gpulabv1alpha1.JobClusterName(s.job.Name, st.Attempts)
 		return false, r.recordThenCreate(ctx, s)
 	}
 	gc := &gpulabv1alpha1.GPUCluster{}

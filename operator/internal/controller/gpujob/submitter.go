@@ -17,25 +17,13 @@ import (
 	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
 
-// Environment of the submitter's containers.
-const (
-	EnvClusterName = "GPULAB_CLUSTER_NAME"
-	EnvHeadAddress = "GPULAB_HEAD_ADDRESS"
-	EnvClusterPods = "GPULAB_CLUSTER_PODS"
-	EnvAttempt     = "GPULAB_ATTEMPT"
-)
-
-func submitterName(job string, attempt int32) string {
-	return fmt.Sprintf("%s-submit-%d", job, attempt)
-}
-
 // runSubmitter runs the attempt's submitter on the Ready cluster and acts
 // on its verdict: it returns Running while it runs, Succeeded or Failed on
 // the verdict, or Provisioning for the next attempt.
 func (r *Reconciler) runSubmitter(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
 	st := &s.job.Status
 	if st.SubmitterName == "" {
-		st.SubmitterName = submitterName(s.job.Name, st.Attempts)
+		st.SubmitterName = gpulabv1alpha1.SubmitterName(s.job.Name, st.Attempts)
 		if err := r.writeStatus(ctx, s); err != nil {
 			return gpulabv1alpha1.JobRunning, err
 		}
@@ -108,10 +96,10 @@ func (r *Reconciler) createSubmitter(ctx context.Context, s *scope) error {
 	}
 	tmpl.Labels[JobLabel] = s.job.Name
 	env := []corev1.EnvVar{
-		{Name: EnvClusterName, Value: st.ClusterName},
-		{Name: EnvHeadAddress, Value: fmt.Sprintf("%s-head.%s.svc", st.ClusterName, s.job.Namespace)},
-		{Name: EnvClusterPods, Value: strings.Join(pods, ",")},
-		{Name: EnvAttempt, Value: fmt.Sprint(st.Attempts)},
+		{Name: gpulabv1alpha1.EnvClusterName, Value: st.ClusterName},
+		{Name: gpulabv1alpha1.EnvHeadAddress, Value: gpulabv1alpha1.HeadAddress(st.ClusterName, s.job.Namespace)},
+		{Name: gpulabv1alpha1.EnvClusterPods, Value: strings.Join(pods, ",")},
+		{Name: gpulabv1alpha1.EnvAttempt, Value: fmt.Sprint(st.Attempts)},
 	}
 	for i := range tmpl.Spec.Containers {
 		tmpl.Spec.Containers[i].Env = append(tmpl.Spec.Containers[i].Env, env...)

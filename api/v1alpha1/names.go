@@ -1,0 +1,55 @@
+package v1alpha1
+
+import "fmt"
+
+// Names of the objects the operator creates for a GPUCluster or GPUJob, in
+// one place: the operator creates them, and the suite, tests and users find
+// them by these rules. Group names contain no '-' (see WorkerGroupSpec.Name),
+// so no two clusters ever want one pod name.
+
+// HeadPodName is the cluster's head pod: <cluster>-head.
+func HeadPodName(cluster string) string { return cluster + "-head" }
+
+// WorkerPodName is a worker pod: <cluster>-<group>-<index>. The name is
+// deterministic, so a second create of one pod fails with AlreadyExists: no
+// cache lag, restart or second replica can make a duplicate.
+func WorkerPodName(cluster, group string, index int32) string {
+	return fmt.Sprintf("%s-%s-%d", cluster, group, index)
+}
+
+// HeadServiceName is the cluster's headless head Service: <cluster>-head.
+func HeadServiceName(cluster string) string { return cluster + "-head" }
+
+// HeadAddress is the head's DNS name, as every pod and submitter gets it.
+func HeadAddress(cluster, namespace string) string {
+	return fmt.Sprintf("%s.%s.svc", HeadServiceName(cluster), namespace)
+}
+
+// PodGroupName is the cluster's Volcano PodGroup: <cluster>-pg.
+func PodGroupName(cluster string) string { return cluster + "-pg" }
+
+// JobClusterName is the GPUCluster of a GPUJob's attempt: <job>-<attempt>.
+func JobClusterName(job string, attempt int32) string { return fmt.Sprintf("%s-%d", job, attempt) }
+
+// SubmitterName is the batch/v1 Job of a GPUJob's attempt: <job>-submit-<attempt>.
+func SubmitterName(job string, attempt int32) string {
+	return fmt.Sprintf("%s-submit-%d", job, attempt)
+}
+
+// Environment variables the operator sets in every container of a cluster's
+// pods and of a job's submitter, so launchers (torchrun, mpirun) find the
+// head and their rank without a discovery service.
+const (
+	// EnvClusterName is the GPUCluster's name (pods and submitter).
+	EnvClusterName = "GPULAB_CLUSTER_NAME"
+	// EnvHeadAddress is HeadAddress of the cluster (pods and submitter).
+	EnvHeadAddress = "GPULAB_HEAD_ADDRESS"
+	// EnvGroup is the pod's group: "head" or a worker group (pods).
+	EnvGroup = "GPULAB_GROUP"
+	// EnvIndex is the pod's index within its group (pods).
+	EnvIndex = "GPULAB_INDEX"
+	// EnvClusterPods is the cluster's pod names, comma-separated (submitter).
+	EnvClusterPods = "GPULAB_CLUSTER_PODS"
+	// EnvAttempt is the job's attempt, from 1 (submitter).
+	EnvAttempt = "GPULAB_ATTEMPT"
+)
