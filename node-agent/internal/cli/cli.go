@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,9 +21,11 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
@@ -133,7 +136,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ready := make(chan struct{})
-	stopServer, err := serveMetrics(f.metricsAddr, reg, ready, log)
+	stopServer, err := serveMetrics(f, cfg, reg, ready, log)
 	if err != nil {
 		return err
 	}
@@ -181,16 +184,15 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	return a.Run(ctx)
 }
 
-// serveMetrics serves /metrics, /healthz and /readyz (ready once the first
-// publish succeeded) until the returned function is called.
-func serveMetrics(addr string, reg *prometheus.Registry, ready <-chan struct{}, log logr.Logger) (func(), error) {
-	if addr == "0" || addr == "" {
-		return func() {}, nil
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+// serveMetrics serves /metrics and, on f.probeAddr or else beside it,
+// /healthz and /readyz (ready once the first publish succeeded), until the
+// returned function is called. With f.metricsSecure, /metrics is HTTPS and
+// answers only callers the API server authenticates and authorizes, as
+// kube-rbac-proxy would; the probes stay plain, for the kubelet.
+func serveMetrics(f *runFlags, cfg *rest.Config, reg *prometheus.Registry, ready <-chan struct{}, log logr.Logger) (func(), error) {
+	probes := http.NewServeMux()
+	probes.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	probes.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-ready:
 			_, _ = io.WriteString(w, "ok\n")
@@ -198,17 +200,98 @@ func serveMetrics(addr string, reg *prometheus.Registry, ready <-chan struct{}, 
 			http.Error(w, "not published yet", http.StatusServiceUnavailable)
 		}
 	})
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	if !disabled(f.metricsAddr) {
+		h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+		var tlsConfig *tls.Config
+		if f.metricsSecure {
+			var err error
+			if h, err = authenticated(cfg, h, log); err != nil {
+				return nil, err
+			}
+			if tlsConfig, err = selfSigned(); err != nil {
+				return nil, err
+			}
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", h)
+		if disabled(f.probeAddr) {
+			mux.Handle("/", probes)
+		}
+		s, err := listen("--metrics-bind-address", f.metricsAddr, mux, tlsConfig, log)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, s)
+	}
+	if !disabled(f.probeAddr) {
+		s, err := listen("--health-probe-bind-address", f.probeAddr, probes, nil, log)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		stops = append(stops, s)
+	}
+	return stop, nil
+}
+
+// authenticated wraps h in TokenReview authentication and SubjectAccessReview
+// authorization (get on the request path), cached as kube-rbac-proxy does.
+func authenticated(cfg *rest.Config, h http.Handler, log logr.Logger) (http.Handler, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-secure: %w", err)
+	}
+	filter, err := filters.WithAuthenticationAndAuthorization(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-secure: %w", err)
+	}
+	h, err = filter(log.WithName("metrics-auth"), h)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-secure: %w", err)
+	}
+	return h, nil
+}
+
+// selfSigned is a TLS config with a certificate made at start, in memory (the
+// root file system is read-only). It encrypts the scrape; Prometheus finds
+// each agent by pod IP and skips verification, as for the operator.
+func selfSigned() (*tls.Config, error) {
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("gpulab-agent", nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-secure: generating a certificate: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-secure: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// listen serves h on addr (TLS when tlsConfig is set) until the returned
+// function is called.
+func listen(flagName, addr string, h http.Handler, tlsConfig *tls.Config, log logr.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+		return nil, fmt.Errorf("%s: %w", flagName, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+		scheme = "https"
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "metrics server")
+			log.Error(err, "HTTP server", "flag", flagName)
 		}
 	}()
-	log.Info("serving metrics", "address", ln.Addr().String())
+	log.Info("serving", "flag", flagName, "url", scheme+"://"+ln.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

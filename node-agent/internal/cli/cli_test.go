@@ -40,6 +40,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--node-name=a", "--interval=10ms"}, "--interval=10ms: must be at least 1s"},
 		{[]string{"--node-name=a", "--ignored-xids=13,x"}, `--ignored-xids: "x" is not an XID number`},
 		{[]string{"--node-name=a", "--log-format=xml"}, "--log-format"},
+		{[]string{"--node-name=a", "--metrics-secure"}, "--metrics-secure needs --health-probe-bind-address"},
 		{[]string{"--simulate-testbed-nodes", "--nvml=real"}, "conflicts with --simulate-testbed-nodes"},
 		{[]string{"--simulate-testbed-nodes", "--node-name=a"}, "--node-name conflicts"},
 		{[]string{"--node-name=a", "extra"}, `unexpected argument "extra"`},

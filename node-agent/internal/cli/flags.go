@@ -114,6 +114,8 @@ type runFlags struct {
 	kubeconfig        string
 	labelNode         bool
 	metricsAddr       string
+	metricsSecure     bool
+	probeAddr         string
 	advertiseCapacity bool
 	simulate          bool
 	nvmlSet           bool
@@ -124,7 +126,13 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "interval", 30*time.Second, "rescan interval; health events trigger a rescan at once")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
 	fs.BoolVar(&f.labelNode, "label-node", true, "apply GPU Feature Discovery labels (nvidia.com/gpu.*) to the node; turn off where GFD runs")
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics, /healthz and /readyz; 0 disables")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080",
+		"address of /metrics (and of /healthz and /readyz unless --health-probe-bind-address is set); 0 disables")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", false,
+		"serve /metrics over HTTPS (self-signed certificate) only to callers the API server authenticates (TokenReview) "+
+			"and authorizes for get on /metrics (SubjectAccessReview); needs --health-probe-bind-address")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", "",
+		"address of /healthz and /readyz over plain HTTP, apart from /metrics; empty serves them with /metrics")
 	fs.BoolVar(&f.advertiseCapacity, "advertise-capacity", false,
 		"TESTBEDS ONLY: set the node's nvidia.com/gpu capacity to the healthy GPU count, as the device plugin would")
 	fs.BoolVar(&f.simulate, "simulate-testbed-nodes", false,
@@ -136,6 +144,10 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 	errs := []error{f.common.validate(f.simulate)}
 	if f.interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval=%s: must be at least 1s", f.interval))
+	}
+	if f.metricsSecure && !disabled(f.metricsAddr) && disabled(f.probeAddr) {
+		// The kubelet's probes carry no credentials.
+		errs = append(errs, errors.New("--metrics-secure needs --health-probe-bind-address: probes cannot authenticate"))
 	}
 	if f.simulate {
 		if f.nvmlSet && f.nvml != "mock" {
@@ -149,3 +161,6 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 	}
 	return errors.Join(errs...)
 }
+
+// disabled reports whether a bind address turns its server off.
+func disabled(addr string) bool { return addr == "" || addr == "0" }
