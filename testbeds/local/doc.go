@@ -8,4 +8,9 @@
 // proxy (package binaries), Volcano as kwokctl components with its CRDs and
 // default queue, gpulab's CRDs, and GPU node profiles that look like real
 // DGX machines to the scheduler (capacity, allocatable, GFD labels).
+//
+// Several testbeds may run at once (each test package brings up its own):
+// the testbed picks every port itself, below the kernel's ephemeral range and
+// apart from the ports other testbeds in the cache recorded, and one bring-up
+// at a time runs per cache (a lock file in <cache>/testbeds).
 package local

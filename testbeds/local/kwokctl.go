@@ -80,13 +80,29 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 				"kubectlBinary":               bins.Kubectl,
 				"kwokControllerBinary":        bins.Kwok,
 				"quietPull":                   true,
+				// Every port is chosen by the testbed (see Ports), never by kwokctl.
+				"etcdPort":                  volcano.ports.Etcd,
+				"etcdPeerPort":              volcano.ports.EtcdPeer,
+				"kubeApiserverPort":         volcano.ports.KubeAPIServer,
+				"kubeControllerManagerPort": volcano.ports.KubeControllerManager,
+				"kubeSchedulerPort":         volcano.ports.KubeScheduler,
+				"kwokControllerPort":        volcano.ports.KwokController,
 			},
 			Components: append(volcano.components(workdir, bins),
 				agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics)),
-			ComponentsPatches: []kwokComponentPatch{{
-				Name:      "kwok-controller",
-				ExtraArgs: []kwokExtraArg{{Key: "cidr", Value: kwokPodCIDR}},
-			}},
+			ComponentsPatches: []kwokComponentPatch{
+				{
+					Name:      "kwok-controller",
+					ExtraArgs: []kwokExtraArg{{Key: "cidr", Value: kwokPodCIDR}},
+				},
+				{
+					// On SIGTERM the API server closes its watches and exits in
+					// seconds; without it, it waits for them until its 60 s
+					// request timeout.
+					Name:      "kube-apiserver",
+					ExtraArgs: []kwokExtraArg{{Key: "shutdown-watch-termination-grace-period", Value: "5s"}},
+				},
+			},
 		},
 	}
 	var out bytes.Buffer

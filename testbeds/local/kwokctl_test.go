@@ -30,7 +30,10 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		VolcanoScheduler: "/c/vc-scheduler", VolcanoControllerManager: "/c/vc-controller-manager",
 		KwokModuleDir: kwokDir,
 	}
-	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml", ports: Ports{SchedulerMetrics: 1, SchedulerHealthz: 2, ControllerManagerHealthz: 3}}
+	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml", ports: Ports{
+		SchedulerMetrics: 1, SchedulerHealthz: 2, ControllerManagerHealthz: 3, AgentMetrics: 4,
+		Etcd: 5, EtcdPeer: 6, KubeAPIServer: 7, KubeControllerManager: 8, KubeScheduler: 9, KwokController: 10,
+	}}
 	out, err := renderKwokctlConfig("/work", bins, v, "/c/gpulab-agent")
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +57,16 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"name: gpulab-pod-fail",
 		"binary: /c/gpulab-agent",
 		"--simulate-testbed-nodes",
+		"--metrics-bind-address=127.0.0.1:4",
+		// Every kwokctl port is the testbed's: kwokctl's own picker gives
+		// testbeds created at once the same ports.
+		"etcdPort: 5",
+		"etcdPeerPort: 6",
+		"kubeApiserverPort: 7",
+		"kubeControllerManagerPort: 8",
+		"kubeSchedulerPort: 9",
+		"kwokControllerPort: 10",
+		"key: shutdown-watch-termination-grace-period",
 	} {
 		if !strings.Contains(config, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, config)

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +43,7 @@ type Status struct {
 	Name       string
 	Kubeconfig string
 	Components []ComponentStatus
-	// Ports are Volcano's metrics and health ports.
+	// Ports are every loopback port the testbed chose.
 	Ports Ports
 	// NodesReady and Nodes count the fake GPU nodes; GPUs sums their
 	// allocatable nvidia.com/gpu. Zero when the API server is down.
@@ -74,8 +73,8 @@ func (t *Testbed) Status(ctx context.Context) (*Status, error) {
 		return nil, fmt.Errorf("testbed %q is not up (no %s): run `make testbed-up`", t.opts.Name, t.Workdir())
 	}
 	s := &Status{Name: t.opts.Name, Kubeconfig: t.Kubeconfig(), Components: t.Components()}
-	if data, err := os.ReadFile(portsPath(t.stateDir())); err == nil {
-		_ = json.Unmarshal(data, &s.Ports)
+	if ports, err := readPorts(t.stateDir()); err == nil {
+		s.Ports = ports
 	}
 	c, err := t.Client()
 	if err != nil {

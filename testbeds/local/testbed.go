@@ -7,15 +7,20 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpulab/gpulab/testbeds/internal/filelock"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // Options configures a local testbed. The zero value is a usable default.
 type Options struct {
-	// Name is the kwokctl cluster name. Defaults to "gpulab".
+	// Name is the kwokctl cluster name, a DNS-1123 label (see ValidateName).
+	// Defaults to DefaultName.
 	Name string
 	// CacheDir holds binaries, sources and testbed state. Defaults to
 	// binaries.DefaultCacheDir() (.cache at the repository root).
@@ -35,18 +40,38 @@ type Options struct {
 	AgentBinary string
 }
 
+// DefaultName is the testbed name when Options.Name is empty.
+const DefaultName = "gpulab"
+
 // ErrAlreadyRunning is returned by Up when the testbed is already up.
 var ErrAlreadyRunning = errors.New("testbed is already running")
+
+// ErrInvalidName is returned for a testbed name that is not a DNS-1123 label.
+var ErrInvalidName = errors.New("invalid testbed name")
+
+// ValidateName accepts a DNS-1123 label (lower-case letters, digits and
+// '-', at most 63 characters): the name becomes a folder under the cache
+// that Down removes, so "..", "/" or an empty name must never get there.
+func ValidateName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("%w %q: %s", ErrInvalidName, name, strings.Join(errs, "; "))
+	}
+	return nil
+}
 
 // Testbed is one local cluster, identified by its name and cache directory.
 type Testbed struct {
 	opts Options
 }
 
-// New fills in defaults; it starts nothing.
+// New fills in defaults and checks the name; it starts nothing and touches
+// nothing on disk.
 func New(opts Options) (*Testbed, error) {
 	if opts.Name == "" {
-		opts.Name = "gpulab"
+		opts.Name = DefaultName
+	}
+	if err := ValidateName(opts.Name); err != nil {
+		return nil, err
 	}
 	if opts.CacheDir == "" {
 		dir, err := binaries.DefaultCacheDir()
@@ -86,6 +111,15 @@ func New(opts Options) (*Testbed, error) {
 // Name is the kwokctl cluster name.
 func (t *Testbed) Name() string { return t.opts.Name }
 
+// check refuses a Testbed that did not come from New (a zero Testbed would
+// resolve its folders relative to the working directory, with no name).
+func (t *Testbed) check() error {
+	if t == nil || !filepath.IsAbs(t.opts.CacheDir) {
+		return errors.New("testbed not created with local.New")
+	}
+	return ValidateName(t.opts.Name)
+}
+
 // kwokWorkdir is KWOK_WORKDIR for every kwokctl call, so clusters live in the
 // cache, not in the user's ~/.kwok.
 func (t *Testbed) kwokWorkdir() string { return filepath.Join(t.opts.CacheDir, "kwok") }
@@ -108,6 +142,22 @@ func (t *Testbed) stateDir() string {
 // nodes are Ready with their GPUInventory, Volcano runs and its default
 // queue is Open.
 func (t *Testbed) Up(ctx context.Context) (err error) {
+	if err := t.check(); err != nil {
+		return err
+	}
+	// One bring-up at a time per cache, for all of it: ports are picked and
+	// bound, binaries and the agent built into shared paths, and on 2 cores
+	// control planes starting together slow each other past their timeouts.
+	// A running testbed does not hold it.
+	lock, err := filelock.Acquire(ctx, filepath.Join(t.opts.CacheDir, "testbeds", ".up.lock"),
+		fmt.Sprintf("pid %d starting testbed %q", os.Getpid(), t.opts.Name), func(heldBy string) {
+			fmt.Fprintf(t.opts.Log, "waiting for another testbed to finish starting (%s)\n", heldBy)
+		})
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+
 	if _, statErr := os.Stat(t.Workdir()); statErr == nil {
 		if t.apiServerRunning() {
 			return fmt.Errorf("%w: %q (kubeconfig %s); run `make testbed-down` first", ErrAlreadyRunning, t.opts.Name, t.Kubeconfig())
@@ -135,14 +185,21 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 		}
 	}()
 
-	volcano, err := newVolcanoSetup(t.stateDir(), t.Kubeconfig())
-	if err != nil {
-		return err
-	}
 	agent, err := t.agentBinary(ctx)
 	if err != nil {
 		return err
 	}
+	// Picked last, just before kwokctl binds them: the shorter the wait, the
+	// smaller the chance that something outside gpulab takes one.
+	ports, err := allocatePorts(filepath.Dir(t.stateDir()))
+	if err != nil {
+		return err
+	}
+	// Recorded at once: it is what other testbeds' pickers skip.
+	if err := writePorts(t.stateDir(), ports); err != nil {
+		return err
+	}
+	volcano := newVolcanoSetup(t.stateDir(), t.Kubeconfig(), ports)
 	if err := t.createCluster(ctx, bins, volcano, agent); err != nil {
 		return err
 	}
@@ -175,6 +232,9 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 // Down stops every process of the cluster and removes its state. It is safe
 // to call on a testbed that is not running.
 func (t *Testbed) Down(ctx context.Context) error {
+	if err := t.check(); err != nil {
+		return err
+	}
 	pids := t.componentPIDs()
 	// Keep the logs past the cluster's removal: a failed Up or test points
 	// at them.
@@ -227,6 +287,9 @@ func archiveLogs(src, dst string) error {
 
 // StartForTest brings a testbed up for one test (skipped under -short) and
 // tears it down when the test ends, failed or not.
+//
+// Deprecated: use localtest.Start, which keeps `testing` out of the
+// binaries that link this package. This copy goes once no test calls it.
 func StartForTest(t *testing.T, opts Options) *Testbed {
 	t.Helper()
 	if testing.Short() {

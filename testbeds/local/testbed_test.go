@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestTestbedIsReal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := StartForTest(t, Options{Name: "gpulab-test", Fleet: fleet, Log: testLog{t}})
+	tb := startForTest(t, Options{Name: "gpulab-test", Fleet: fleet, Log: testLog{t}})
 	c, err := tb.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +128,68 @@ func TestTestbedIsReal(t *testing.T) {
 		})
 	})
 
+	t.Run("kube-apiserver and vc-scheduler restart with new PIDs, a dead component starts again", func(t *testing.T) {
+		for _, component := range []string{"kube-apiserver", "vc-scheduler"} {
+			before := componentPID(t, tb, component)
+			if err := tb.Restart(ctx, component); err != nil {
+				t.Fatalf("restart %s: %v", component, err)
+			}
+			after := componentPID(t, tb, component)
+			if after == before {
+				t.Errorf("%s has pid %d after its restart, the same as before", component, after)
+			}
+			if processAlive(before) {
+				t.Errorf("%s: old pid %d still alive after the restart", component, before)
+			}
+			var nodes corev1.NodeList
+			if err := c.List(ctx, &nodes); err != nil {
+				t.Fatalf("API after restarting %s: %v", component, err)
+			}
+			if len(nodes.Items) != len(fleet.Nodes()) {
+				t.Errorf("API after restarting %s lists %d nodes, want %d", component, len(nodes.Items), len(fleet.Nodes()))
+			}
+			// Every other component survived the restart too.
+			if err := tb.WaitReady(ctx); err != nil {
+				t.Fatalf("after restarting %s: %v", component, err)
+			}
+		}
+		// A component that died is started again.
+		dead := componentPID(t, tb, "vc-controller-manager")
+		if err := syscall.Kill(dead, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(ctx, 10*time.Second, func(context.Context) (bool, error) { return !processAlive(dead), nil }); err != nil {
+			t.Fatalf("vc-controller-manager (pid %d) survived SIGKILL: %v", dead, err)
+		}
+		if err := tb.Restart(ctx, "vc-controller-manager"); err != nil {
+			t.Fatalf("restart a dead vc-controller-manager: %v", err)
+		}
+		if pid := componentPID(t, tb, "vc-controller-manager"); pid == dead {
+			t.Errorf("vc-controller-manager still has its dead pid %d", pid)
+		}
+		if err := tb.WaitReady(ctx); err != nil {
+			t.Fatalf("after starting vc-controller-manager again: %v", err)
+		}
+
+		// The restarted scheduler schedules.
+		ns := createNamespace(t, c, "after-restart")
+		createGang(t, c, ns, "after-restart", 2, 4, nil)
+		if err := poll(ctx, time.Minute, func(context.Context) (bool, error) {
+			bound := 0
+			for _, p := range gangPods(t, c, ns) {
+				if p.Spec.NodeName != "" {
+					bound++
+				}
+			}
+			return bound == 2, nil
+		}); err != nil {
+			t.Fatalf("gang not bound by the restarted vc-scheduler: %v; pods: %s", err, describePods(gangPods(t, c, ns)))
+		}
+		if err := tb.Restart(ctx, "no-such-component"); err == nil {
+			t.Error("restarting an unknown component succeeded")
+		}
+	})
+
 	t.Run("down leaves no process and no port behind", func(t *testing.T) {
 		var pids []int
 		for _, comp := range tb.Components() {
@@ -139,7 +202,10 @@ func TestTestbedIsReal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ports := []int{status.Ports.SchedulerMetrics, status.Ports.SchedulerHealthz, status.Ports.ControllerManagerHealthz}
+		var ports []int
+		for _, p := range status.Ports.all() {
+			ports = append(ports, *p)
+		}
 		if err := tb.Down(ctx); err != nil {
 			t.Fatalf("down: %v", err)
 		}
@@ -155,6 +221,42 @@ func TestTestbedIsReal(t *testing.T) {
 			}
 		}
 	})
+}
+
+// startForTest is localtest.Start for this package's own tests (localtest
+// imports this package, so they cannot use it).
+func startForTest(t *testing.T, opts Options) *Testbed {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("brings up the local testbed; skipped with -short")
+	}
+	tb, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tb.Down(context.Background()); err != nil {
+			t.Errorf("testbed down: %v", err)
+		}
+	})
+	if err := tb.Up(t.Context()); err != nil {
+		t.Fatalf("testbed up: %v", err)
+	}
+	return tb
+}
+
+func componentPID(t *testing.T, tb *Testbed, name string) int {
+	t.Helper()
+	for _, c := range tb.Components() {
+		if c.Name == name {
+			if !c.Running {
+				t.Fatalf("%s is not running (log %s)", name, c.Log)
+			}
+			return c.PID
+		}
+	}
+	t.Fatalf("no component %s", name)
+	return 0
 }
 
 // createGang creates a Volcano PodGroup of n pods with gpus GPUs each, then
@@ -213,6 +315,14 @@ func createNamespace(t *testing.T, c client.Client, name string) string {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if err := c.Create(t.Context(), ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
+	}
+	// Pods are refused until the controller-manager has made the
+	// namespace's default ServiceAccount.
+	if err := poll(t.Context(), 30*time.Second, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{})
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("namespace %s has no default ServiceAccount: %v", name, err)
 	}
 	return name
 }

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -36,45 +35,19 @@ tiers:
       binpack.resources.nvidia.com/gpu: 2
 `
 
-// Ports are the loopback ports the testbed chose for Volcano and the agent,
-// for health checks and Prometheus scraping.
-type Ports struct {
-	SchedulerMetrics         int `json:"schedulerMetrics"`
-	SchedulerHealthz         int `json:"schedulerHealthz"`
-	ControllerManagerHealthz int `json:"controllerManagerHealthz"`
-	AgentMetrics             int `json:"agentMetrics"`
-}
-
 type volcanoSetup struct {
 	stateDir   string
 	kubeconfig string
 	ports      Ports
 }
 
-func newVolcanoSetup(stateDir, kubeconfig string) (*volcanoSetup, error) {
-	v := &volcanoSetup{stateDir: stateDir, kubeconfig: kubeconfig}
-	for _, p := range []*int{&v.ports.SchedulerMetrics, &v.ports.SchedulerHealthz, &v.ports.ControllerManagerHealthz, &v.ports.AgentMetrics} {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		*p = port
-	}
-	return v, nil
+func newVolcanoSetup(stateDir, kubeconfig string, ports Ports) *volcanoSetup {
+	return &volcanoSetup{stateDir: stateDir, kubeconfig: kubeconfig, ports: ports}
 }
 
 func (v *volcanoSetup) confPath() string { return filepath.Join(v.stateDir, "volcano-scheduler.conf") }
 
-func portsPath(stateDir string) string { return filepath.Join(stateDir, "ports.json") }
-
 func (v *volcanoSetup) writeFiles() error {
-	ports, err := json.Marshal(v.ports)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(portsPath(v.stateDir), ports, 0o644); err != nil {
-		return err
-	}
 	return os.WriteFile(v.confPath(), []byte(volcanoSchedulerConf), 0o644)
 }
 
@@ -146,14 +119,4 @@ func applyDefaultQueue(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("creating the default Volcano queue: %w", err)
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

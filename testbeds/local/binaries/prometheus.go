@@ -3,6 +3,7 @@ package binaries
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
@@ -41,18 +42,33 @@ var prometheus = component{
 	},
 }
 
-// pushgateway installs straight from the proxy as well.
+// The proxy refuses the Pushgateway's version list, which `go install
+// pkg@version` reads for deprecations, so a throwaway module that requires
+// the one version builds it.
 var pushgateway = component{
 	name:     "pushgateway",
 	version:  PushgatewayVersion,
 	binaries: []string{"pushgateway"},
 	build: func(ctx context.Context, b *builder, out string) error {
+		src, err := b.srcDir("pushgateway", PushgatewayVersion)
+		if err != nil {
+			return err
+		}
+		files := map[string]string{
+			"go.mod":   fmt.Sprintf("module gpulab.local/build/pushgateway\n\ngo 1.26.0\n\nrequire github.com/prometheus/pushgateway %s\n", PushgatewayVersion),
+			"tools.go": "//go:build tools\n\npackage tools\n\nimport _ \"github.com/prometheus/pushgateway\"\n",
+		}
+		if err := writeFiles(src, files); err != nil {
+			return err
+		}
+		if err := b.goCmd(ctx, src, "pushgateway", nil, "mod", "tidy"); err != nil {
+			return err
+		}
 		ldflags := append([]string{"-s", "-w"}, ldflagsX(promCommonVersion, map[string]string{
 			"Version": strings.TrimPrefix(PushgatewayVersion, "v"), "Branch": "HEAD", "BuildUser": "gpulab",
 		})...)
-		return b.goCmd(ctx, out, "pushgateway", []string{"GOBIN=" + out}, "install", "-trimpath",
-			"-tags=netgo", "-ldflags="+strings.Join(ldflags, " "),
-			"github.com/prometheus/pushgateway@"+PushgatewayVersion)
+		return b.goCmd(ctx, src, "pushgateway", nil, "build", "-trimpath", "-tags=netgo",
+			"-ldflags="+strings.Join(ldflags, " "), "-o", filepath.Join(out, "pushgateway"), "github.com/prometheus/pushgateway")
 	},
 }
 

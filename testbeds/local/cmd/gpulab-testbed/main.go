@@ -25,7 +25,10 @@ commands:
   up       start the testbed and wait until it is ready
   down     stop the testbed and remove its state
   status   show the testbed's processes, nodes and queue
+  restart  restart one component by its PID (gpulab-testbed restart kube-apiserver)
   env      print KUBECONFIG and KUBEBUILDER_ASSETS exports for a shell
+
+The testbed name is a DNS-1123 label (lower-case letters, digits, '-').
 
 flags:
 `
@@ -43,7 +46,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("gpulab-testbed", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
-	name := fs.String("name", envOr("TESTBED_NAME", "gpulab"), "testbed (kwokctl cluster) name [$TESTBED_NAME]")
+	name := fs.String("name", local.DefaultName, "testbed (kwokctl cluster) name, a DNS-1123 label [$TESTBED_NAME]")
 	nodes := fs.String("nodes", envOr("TESTBED_NODES", local.DefaultFleet),
 		"fake GPU nodes as profile=count,... ("+fmt.Sprint(local.ProfileNames())+") [$TESTBED_NODES]")
 	cache := fs.String("cache-dir", "", "cache for binaries and testbed state (default $GPULAB_CACHE or <repo>/.cache)")
@@ -53,8 +56,17 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("missing command")
 	}
 	cmd := args[0]
+	if env, ok := os.LookupEnv("TESTBED_NAME"); ok {
+		*name = env
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	// Before anything else: the name becomes folders that `down` removes. An
+	// empty name given on purpose is a mistake too (an unset variable), not
+	// a request for the default.
+	if err := local.ValidateName(*name); err != nil {
+		return fmt.Errorf("--name / $TESTBED_NAME: %w", err)
 	}
 	fleet, err := local.ParseFleet(*nodes)
 	if err != nil {
@@ -69,7 +81,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	switch cmd {
 	case "build":
-		_, err := binaries.Ensure(ctx, binaries.Options{CacheDir: *cache, Log: os.Stdout})
+		opts := binaries.Options{CacheDir: *cache, Log: os.Stdout}
+		if _, err := binaries.Ensure(ctx, opts); err != nil {
+			return err
+		}
+		_, err := binaries.EnsureMonitoring(ctx, opts)
 		return err
 	case "up":
 		return tb.Up(ctx)
@@ -81,6 +97,15 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	case "status":
 		return printStatus(ctx, tb)
+	case "restart":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("restart takes one component, one of %v", local.ComponentNames())
+		}
+		if err := tb.Restart(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		fmt.Printf("%s of testbed %q restarted\n", fs.Arg(0), tb.Name())
+		return nil
 	case "env":
 		return printEnv(ctx, tb, *cache)
 	default:
@@ -106,6 +131,7 @@ func printStatus(ctx context.Context, tb *local.Testbed) error {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", c.Name, c.PID, state, c.Log)
 	}
 	_ = w.Flush()
+	fmt.Printf("\nkube-apiserver https://127.0.0.1:%d, etcd 127.0.0.1:%d, kwok-controller 127.0.0.1:%d", s.Ports.KubeAPIServer, s.Ports.Etcd, s.Ports.KwokController)
 	fmt.Printf("\nvolcano: scheduler metrics http://127.0.0.1:%d/metrics, healthz :%d; controller-manager healthz :%d\ngpulab-agent: metrics http://127.0.0.1:%d/metrics\n",
 		s.Ports.SchedulerMetrics, s.Ports.SchedulerHealthz, s.Ports.ControllerManagerHealthz, s.Ports.AgentMetrics)
 	if s.APIError != nil {

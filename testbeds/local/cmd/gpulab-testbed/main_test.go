@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRefusesBadNames proves a bad --name or $TESTBED_NAME stops every
+// command before anything on disk is touched: `down --name=../..` removed
+// the cache's parent (the checkout). An empty name given explicitly is
+// refused too; only an absent one means the default.
+func TestRefusesBadNames(t *testing.T) {
+	root := t.TempDir()
+	cache := filepath.Join(root, "checkout", ".cache")
+	sentinel := filepath.Join(root, "checkout", "go.mod")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sentinel, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  *string
+		args []string
+	}{
+		{args: []string{"down", "--name=../.."}},
+		{args: []string{"down", "--name", "/abs"}},
+		{args: []string{"down", "--name=a/b"}},
+		{args: []string{"down", "--name="}},
+		{args: []string{"status", "--name="}},
+		{args: []string{"build", "--name=.."}},
+		{env: new("../.."), args: []string{"down"}},
+		{env: new(""), args: []string{"down"}},
+		// The flag wins over the environment, and is checked.
+		{env: new("gpulab"), args: []string{"down", "--name=../.."}},
+	} {
+		if tc.env != nil {
+			t.Setenv("TESTBED_NAME", *tc.env)
+		} else {
+			t.Setenv("TESTBED_NAME", "")
+			os.Unsetenv("TESTBED_NAME")
+		}
+		args := append(tc.args, "--cache-dir="+cache)
+		err := run(t.Context(), args)
+		if err == nil || !strings.Contains(err.Error(), "invalid testbed name") {
+			t.Errorf("gpulab-testbed %v (TESTBED_NAME=%v): %v, want an invalid testbed name error", args, tc.env, err)
+		}
+		if _, err := os.Stat(sentinel); err != nil {
+			t.Fatalf("after gpulab-testbed %v the checkout is gone: %v", args, err)
+		}
+	}
+	entries, err := os.ReadDir(cache)
+	if err != nil || len(entries) != 0 {
+		t.Errorf("the cache holds %v (%v), want nothing: refused commands must not create anything", entries, err)
+	}
+
+	// A good name gets past the check (the testbed is simply not up).
+	os.Unsetenv("TESTBED_NAME")
+	err = run(t.Context(), []string{"status", "--name=gpulab-cli-test", "--cache-dir=" + cache})
+	if err == nil || !strings.Contains(err.Error(), "is not up") {
+		t.Errorf("status of a testbed that is not up: %v, want a not-up error", err)
+	}
+}
