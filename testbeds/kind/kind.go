@@ -7,12 +7,15 @@ package kind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -26,9 +29,13 @@ var Images = map[string]string{
 	"gpulab-agent:dev":    "node-agent/Dockerfile",
 }
 
+// ErrInvalidName is returned for a cluster name that is not a DNS-1123 label.
+var ErrInvalidName = errors.New("invalid kind cluster name")
+
 // Options configures a kind testbed.
 type Options struct {
-	// Name of the kind cluster. Defaults to "gpulab".
+	// Name of the kind cluster, a DNS-1123 label (it names a folder under
+	// the cache). Defaults to "gpulab".
 	Name string
 	// Log receives the commands' output. Defaults to io.Discard.
 	Log io.Writer
@@ -47,6 +54,9 @@ type Cluster struct {
 func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Name == "" {
 		opts.Name = "gpulab"
+	}
+	if errs := validation.IsDNS1123Label(opts.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("%w %q: %s", ErrInvalidName, opts.Name, strings.Join(errs, "; "))
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
