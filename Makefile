@@ -17,6 +17,11 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTBED_NAME  ?= gpulab
 TESTBED_NODES ?= dgx-h100=4
 export TESTBED_NAME TESTBED_NODES
+# The name becomes folders that `make testbed-down` removes: a DNS-1123 label
+# only (gpulab-testbed checks it too).
+ifneq ($(shell [[ '$(subst ','\'',$(TESTBED_NAME))' =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$$ ]] && echo ok),ok)
+$(error TESTBED_NAME='$(TESTBED_NAME)' is not a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters))
+endif
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(GPULAB_CACHE)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
@@ -123,7 +128,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 ##@ Local testbed
 
 .PHONY: testbed-binaries
-testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano from the Go module proxy (cached).
+testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok, Volcano, Prometheus and the Pushgateway from the Go module proxy (cached).
 	$(TESTBED) build
 
 .PHONY: testbed-up
