@@ -52,7 +52,11 @@ func Acquire(ctx context.Context, path, holder string, waiting func(heldBy strin
 		if !told && waiting != nil {
 			told = true
 			data, _ := os.ReadFile(path)
-			waiting(strings.TrimSpace(string(data)))
+			heldBy := strings.TrimSpace(string(data))
+			if heldBy == "" {
+				heldBy = "holder not written yet"
+			}
+			waiting(heldBy)
 		}
 		select {
 		case <-ctx.Done():
