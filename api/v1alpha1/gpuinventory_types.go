@@ -53,6 +53,17 @@ type GPUInventoryStatus struct {
 	// +listMapKey=index
 	GPUs []GPUDevice `json:"gpus,omitempty"`
 
+	// HeartbeatTime is when the agent last wrote this status, changed or not.
+	// Consumers stop trusting an inventory whose heartbeat is older than a
+	// few HeartbeatSeconds: its agent is gone and sick GPUs go unreported.
+	// +optional
+	HeartbeatTime *metav1.Time `json:"heartbeatTime,omitempty"`
+	// HeartbeatSeconds is how often the agent promises a heartbeat; zero
+	// means it promises none (older agents), and the inventory never goes stale.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`
+
 	// Conditions means Ready (the agent scanned successfully and recently).
 	// +optional
 	// +listType=map

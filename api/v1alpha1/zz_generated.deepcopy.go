@@ -288,6 +288,10 @@ func (in *GPUInventoryStatus) DeepCopyInto(out *GPUInventoryStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.HeartbeatTime != nil {
+		in, out := &in.HeartbeatTime, &out.HeartbeatTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

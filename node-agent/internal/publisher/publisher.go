@@ -56,6 +56,10 @@ type Options struct {
 	// come back. The API server does not persist a no-op apply. Defaults to
 	// 10m; negative disables.
 	ResyncPeriod time.Duration
+	// HeartbeatPeriod re-applies the GPUInventory, changed or not, this
+	// often, with status.heartbeatTime, so the operator can tell a live
+	// agent from a dead one. Defaults to 1m; negative disables.
+	HeartbeatPeriod time.Duration
 	// Metrics counts writes; nil counts nothing.
 	Metrics *metrics.Metrics
 }
@@ -100,6 +104,9 @@ func New(c client.WithWatch, opts Options) *Publisher {
 	}
 	if opts.ResyncPeriod == 0 {
 		opts.ResyncPeriod = 10 * time.Minute
+	}
+	if opts.HeartbeatPeriod == 0 {
+		opts.HeartbeatPeriod = time.Minute
 	}
 	return &Publisher{c: c, opts: opts, last: map[string]*written{}}
 }
@@ -208,7 +215,7 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		w.owner = owner
 	}
 	var errs []error
-	if w.status == nil || !equality.Semantic.DeepEqual(*w.status, s.Status) || p.due(w, ObjectInventory) {
+	if w.status == nil || !equality.Semantic.DeepEqual(*w.status, s.Status) || p.heartbeatDue(w) || p.due(w, ObjectInventory) {
 		err := p.count(w, ObjectInventory, p.applyInventory(ctx, node, w.owner, &s.Status))
 		if err == nil {
 			w.status = s.Status.DeepCopy()
@@ -234,6 +241,11 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// heartbeatDue reports whether the inventory's heartbeat is due.
+func (p *Publisher) heartbeatDue(w *written) bool {
+	return p.opts.HeartbeatPeriod > 0 && time.Since(w.at[ObjectInventory]) >= p.opts.HeartbeatPeriod
 }
 
 // due reports whether an unchanged object should be applied again.
@@ -272,7 +284,12 @@ func (p *Publisher) applyInventory(ctx context.Context, node string, owner *meta
 	inv := &v1alpha1.GPUInventory{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "GPUInventory"},
 		ObjectMeta: metav1.ObjectMeta{Name: node, OwnerReferences: []metav1.OwnerReference{*owner}},
-		Status:     *st,
+		Status:     *st.DeepCopy(),
+	}
+	if p.opts.HeartbeatPeriod > 0 {
+		now := metav1.Now()
+		inv.Status.HeartbeatTime = &now
+		inv.Status.HeartbeatSeconds = int32(max(p.opts.HeartbeatPeriod/time.Second, 1))
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(inv)
 	if err != nil {

@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
@@ -184,5 +186,51 @@ func TestResync(t *testing.T) {
 		if exists() != tc.back {
 			t.Errorf("resync period %s: inventory recreated = %v, want %v", tc.resync, !tc.back, tc.back)
 		}
+	}
+}
+
+// TestHeartbeat: every write carries heartbeatTime and the promised
+// interval; an unchanged status is written again once a heartbeat is due,
+// and not before.
+func TestHeartbeat(t *testing.T) {
+	e := needEnv(t)
+	node := createNode(t, e.Client, "heartbeat-node", nil)
+	st := publisher.State{Status: v1alpha1.GPUInventoryStatus{DriverVersion: "570.172.08"}}
+	read := func() *v1alpha1.GPUInventory {
+		inv := &v1alpha1.GPUInventory{}
+		if err := e.Client.Get(ctx(t), client.ObjectKey{Name: node.Name}, inv); err != nil {
+			t.Fatal(err)
+		}
+		return inv
+	}
+
+	slow := publisher.New(admin, publisher.Options{HeartbeatPeriod: time.Hour})
+	if err := slow.Publish(ctx(t), node.Name, st); err != nil {
+		t.Fatal(err)
+	}
+	first := read()
+	if first.Status.HeartbeatTime == nil || first.Status.HeartbeatSeconds != 3600 {
+		t.Fatalf("heartbeat %v every %ds, want a time every 3600s", first.Status.HeartbeatTime, first.Status.HeartbeatSeconds)
+	}
+	if err := slow.Publish(ctx(t), node.Name, st); err != nil {
+		t.Fatal(err)
+	}
+	if again := read(); again.ResourceVersion != first.ResourceVersion {
+		t.Errorf("an unchanged status was written again before its heartbeat was due")
+	}
+
+	fast := publisher.New(admin, publisher.Options{HeartbeatPeriod: time.Second})
+	if err := fast.Publish(ctx(t), node.Name, st); err != nil {
+		t.Fatal(err)
+	}
+	beat := read().Status.HeartbeatTime
+	if err := poll.Until(ctx(t), 10*time.Second, func() (bool, string) {
+		if err := fast.Publish(ctx(t), node.Name, st); err != nil {
+			return false, err.Error()
+		}
+		now := read().Status
+		return now.HeartbeatTime.After(beat.Time) && now.HeartbeatSeconds == 1, fmt.Sprintf("heartbeat still %v", now.HeartbeatTime)
+	}); err != nil {
+		t.Fatalf("no heartbeat of an unchanged status: %v", err)
 	}
 }

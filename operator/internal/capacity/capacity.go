@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -31,13 +32,19 @@ type Node struct {
 	Healthy   int32
 }
 
-// Nodes builds the capacity view. Only Ready, schedulable nodes count. A
-// node's GPUInventory, where its agent publishes one, is the truth for that
-// node (it knows which GPUs are sick); a node without one (the agent not
-// rolled out there yet, or not installed at all) counts from allocatable
-// nvidia.com/gpu and its GFD labels. fromInventory says every GPU node had
-// an inventory, so inventory watches alone report capacity changes.
-func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node) (view []Node, fromInventory bool) {
+// StaleHeartbeats is how many heartbeat intervals an inventory may miss
+// before it is no longer trusted: its agent is gone, and a GPU that fell
+// sick since would go unreported.
+const StaleHeartbeats = 3
+
+// Nodes builds the capacity view at time now. Only Ready, schedulable nodes
+// count. A node's fresh GPUInventory is the truth for that node (it knows
+// which GPUs are sick); a node without one (the agent not rolled out there
+// yet, or not installed at all), or whose inventory is stale, counts from
+// allocatable nvidia.com/gpu and its GFD labels. fromInventory says every
+// GPU node had a fresh inventory, so inventory watches alone report
+// capacity changes; stale names the nodes whose inventory was not trusted.
+func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node, now time.Time) (view []Node, fromInventory bool, stale []string) {
 	byName := make(map[string]*gpulabv1alpha1.GPUInventory, len(invs))
 	for i := range invs {
 		byName[invs[i].Name] = &invs[i]
@@ -49,7 +56,12 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node) (view []Node
 			continue
 		}
 		var entry Node
-		if inv, ok := byName[n.Name]; ok {
+		inv, ok := byName[n.Name]
+		if ok && Stale(inv, now) {
+			stale = append(stale, n.Name)
+			ok = false
+		}
+		if ok {
 			entry = Node{Name: n.Name, Product: inv.Status.Summary.Product, MemoryMiB: inv.Status.Summary.MemoryMiB, Healthy: inv.Status.Summary.Healthy}
 		} else {
 			gpus := n.Status.Allocatable[GPUResource]
@@ -64,7 +76,18 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node) (view []Node
 		}
 	}
 	sort.Slice(view, func(i, j int) bool { return view[i].Name < view[j].Name })
-	return view, fromInventory
+	sort.Strings(stale)
+	return view, fromInventory, stale
+}
+
+// Stale says whether inv's agent missed StaleHeartbeats heartbeats by now.
+// An inventory that promises no heartbeat (an older agent) never goes stale.
+func Stale(inv *gpulabv1alpha1.GPUInventory, now time.Time) bool {
+	st := &inv.Status
+	if st.HeartbeatSeconds <= 0 || st.HeartbeatTime == nil {
+		return false
+	}
+	return now.Sub(st.HeartbeatTime.Time) > StaleHeartbeats*time.Duration(st.HeartbeatSeconds)*time.Second
 }
 
 func schedulable(n *corev1.Node) bool {

@@ -3,6 +3,7 @@ package capacity
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,7 +37,7 @@ func inv(name, product string, healthy int32) gpulabv1alpha1.GPUInventory {
 
 func TestNodesPrefersInventory(t *testing.T) {
 	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, false)}
-	view, fromInv := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nodes)
+	view, fromInv, _ := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nodes, time.Now())
 	if !fromInv {
 		t.Fatal("expected the inventory to be the source")
 	}
@@ -47,13 +48,48 @@ func TestNodesPrefersInventory(t *testing.T) {
 	// A partial agent rollout: b has no inventory yet, so it counts from its
 	// allocatable instead of as zero GPUs, and watches alone no longer tell
 	// of every capacity change.
-	view, fromInv = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nodes)
+	view, fromInv, _ = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nodes, time.Now())
 	if fromInv || len(view) != 2 || view[0].Healthy != 7 || view[1].Name != "b" || view[1].Healthy != 8 {
 		t.Fatalf("partial rollout view = %+v (from inventory %v), want a with 7 (inventory) and b with 8 (allocatable)", view, fromInv)
 	}
-	view, fromInv = Nodes(nil, nodes)
+	view, fromInv, _ = Nodes(nil, nodes, time.Now())
 	if fromInv || len(view) != 2 || view[0].Healthy != 8 || view[0].Product != h100 || view[0].MemoryMiB != 81559 {
 		t.Fatalf("fallback view = %+v (from inventory %v), want a and b from allocatable and labels", view, fromInv)
+	}
+}
+
+// TestStaleInventoryIsNotTrusted: an inventory whose agent missed three
+// heartbeats counts from allocatable, is named stale, and no longer lets
+// inventory watches alone stand for capacity; one without heartbeats (an
+// older agent) is trusted as before.
+func TestStaleInventoryIsNotTrusted(t *testing.T) {
+	now := time.Now()
+	beat := func(i gpulabv1alpha1.GPUInventory, ago time.Duration) gpulabv1alpha1.GPUInventory {
+		at := metav1.NewTime(now.Add(-ago))
+		i.Status.HeartbeatTime, i.Status.HeartbeatSeconds = &at, 60
+		return i
+	}
+	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, true)}
+	invs := []gpulabv1alpha1.GPUInventory{
+		beat(inv("a", h100, 5), 90*time.Second), // late, within 3 heartbeats
+		beat(inv("b", h100, 6), 181*time.Second),
+		inv("c", h100, 7), // no heartbeat promised
+	}
+	view, fromInv, stale := Nodes(invs, nodes, now)
+	if fromInv {
+		t.Error("a stale inventory still counts as the whole truth")
+	}
+	if len(stale) != 1 || stale[0] != "b" {
+		t.Errorf("stale = %v, want [b]", stale)
+	}
+	want := map[string]int32{"a": 5, "b": 8, "c": 7}
+	for _, n := range view {
+		if n.Healthy != want[n.Name] {
+			t.Errorf("node %s: %d healthy, want %d", n.Name, n.Healthy, want[n.Name])
+		}
+	}
+	if len(view) != 3 {
+		t.Errorf("view = %+v", view)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -109,7 +110,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
-		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory)).
+		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory),
+			builder.WithPredicates(summaryChanged)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			ReconciliationTimeout:   r.opts.ReconcileTimeout,
@@ -120,6 +122,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	return b.Complete(r)
 }
+
+// summaryChanged passes inventory events that can change capacity: a
+// heartbeat-only write (every minute per node) wakes no cluster.
+var summaryChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	was, ok1 := e.ObjectOld.(*gpulabv1alpha1.GPUInventory)
+	now, ok2 := e.ObjectNew.(*gpulabv1alpha1.GPUInventory)
+	return !ok1 || !ok2 || was.Status.Summary != now.Status.Summary
+}}
 
 func indexProducts(obj client.Object) []string {
 	c := obj.(*gpulabv1alpha1.GPUCluster)
@@ -162,6 +172,8 @@ type scope struct {
 	gang          scheduler.Backend
 	desired       *desiredState
 	fromInventory bool
+	// staleInventories names nodes whose GPUInventory was not trusted.
+	staleInventories []string
 	// pods are the cluster's pods; podsListed says they were read, so
 	// status may count them (an empty list after a failed read is no
 	// observation).
@@ -226,11 +238,11 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		// Nothing can be built until the spec changes, which wakes us.
 		return ctrl.Result{}, nil
 	}
-	fleet, fromInventory, err := r.capacity(ctx)
+	fleet, fromInventory, stale, err := r.capacity(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s.fromInventory = fromInventory
+	s.fromInventory, s.staleInventories = fromInventory, stale
 	overheads, err := r.runtimeClassOverheads(ctx, s.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -356,15 +368,15 @@ func (r *Reconciler) runtimeClassOverheads(ctx context.Context, cluster *gpulabv
 // capacity reads healthy GPU capacity from the cache. Every reconcile reads
 // every node and inventory, and only reads them, so the lists share the
 // cache's objects instead of deep-copying the fleet each time.
-func (r *Reconciler) capacity(ctx context.Context) ([]capacity.Node, bool, error) {
+func (r *Reconciler) capacity(ctx context.Context) ([]capacity.Node, bool, []string, error) {
 	var invs gpulabv1alpha1.GPUInventoryList
 	if err := r.client.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
-		return nil, false, fmt.Errorf("listing GPU inventories: %w", err)
+		return nil, false, nil, fmt.Errorf("listing GPU inventories: %w", err)
 	}
 	var nodes corev1.NodeList
 	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, false, fmt.Errorf("listing nodes: %w", err)
+		return nil, false, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	view, fromInventory := capacity.Nodes(invs.Items, nodes.Items)
-	return view, fromInventory, nil
+	view, fromInventory, stale := capacity.Nodes(invs.Items, nodes.Items, time.Now())
+	return view, fromInventory, stale, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/cachesync"
+	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -203,7 +204,12 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 		})
 	}
 	v := s.desired.verdict
-	set(gpulabv1alpha1.ConditionSchedulable, v.Fits, v.Reason, v.Message)
+	msg := v.Message
+	if len(s.staleInventories) > 0 {
+		msg += fmt.Sprintf("; the GPUInventory of %s is stale (no agent heartbeat for %d intervals): counted from node allocatable",
+			summarize(s.staleInventories), capacity.StaleHeartbeats)
+	}
+	set(gpulabv1alpha1.ConditionSchedulable, v.Fits, v.Reason, msg)
 	volcanoMissing := errors.Is(s.gangErr, scheduler.ErrNotInstalled)
 	switch {
 	case volcanoMissing:
