@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
@@ -288,8 +289,8 @@ func (e *Environment) Describe(ctx context.Context, scale int) results.Environme
 	if err := e.Client.List(ctx, &nodes); err == nil {
 		env.Nodes = len(nodes.Items)
 		for _, n := range nodes.Items {
-			if gpus := n.Status.Allocatable["nvidia.com/gpu"]; gpus.Value() > 0 {
-				env.GPUsByProduct[n.Labels["nvidia.com/gpu.product"]] += int(gpus.Value())
+			if gpus := n.Status.Allocatable[gfd.GPUResource]; gpus.Value() > 0 {
+				env.GPUsByProduct[n.Labels[gfd.Product]] += int(gpus.Value())
 			}
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/node-agent/internal/labels"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -131,7 +131,7 @@ func TestXIDMarksExactlyThatGPU(t *testing.T) {
 	if s := first.Status.Summary; s.Count != 8 || s.Healthy != 8 || first.Healthy != 8 {
 		t.Fatalf("first publish: %+v", s)
 	}
-	if first.Labels[labels.Product] != "NVIDIA-H100-80GB-HBM3" {
+	if first.Labels[gfd.Product] != "NVIDIA-H100-80GB-HBM3" {
 		t.Errorf("labels: %v", first.Labels)
 	}
 

@@ -4,29 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
-)
-
-// Prefix is the domain of every label the agent writes.
-const Prefix = "nvidia.com/"
-
-// GFD label keys.
-const (
-	Product             = "nvidia.com/gpu.product"
-	Count               = "nvidia.com/gpu.count"
-	Memory              = "nvidia.com/gpu.memory"
-	Family              = "nvidia.com/gpu.family"
-	ComputeMajor        = "nvidia.com/gpu.compute.major"
-	ComputeMinor        = "nvidia.com/gpu.compute.minor"
-	Machine             = "nvidia.com/gpu.machine"
-	DriverVersionMajor  = "nvidia.com/cuda.driver-version.major"
-	DriverVersionMinor  = "nvidia.com/cuda.driver-version.minor"
-	DriverVersionRev    = "nvidia.com/cuda.driver-version.revision"
-	DriverVersionFull   = "nvidia.com/cuda.driver-version.full"
-	RuntimeVersionMajor = "nvidia.com/cuda.runtime-version.major"
-	RuntimeVersionMinor = "nvidia.com/cuda.runtime-version.minor"
-	RuntimeVersionFull  = "nvidia.com/cuda.runtime-version.full"
-	MIGCapable          = "nvidia.com/mig.capable"
 )
 
 // ForNode renders the labels for a node's snapshot. Like GFD, per-GPU values
@@ -36,39 +15,39 @@ func ForNode(s *nvml.Snapshot) map[string]string {
 		return map[string]string{}
 	}
 	d := s.Devices[0]
-	l := map[string]string{Count: strconv.Itoa(len(s.Devices))}
+	l := map[string]string{gfd.Count: strconv.Itoa(len(s.Devices))}
 	if v := ProductValue(d.Name); v != "" {
-		l[Product] = v
+		l[gfd.Product] = v
 	}
 	if d.MemoryTotalBytes > 0 {
-		l[Memory] = strconv.FormatInt(d.MemoryMiB(), 10)
+		l[gfd.Memory] = strconv.FormatInt(d.MemoryMiB(), 10)
 	}
 	if d.ComputeMajor > 0 {
-		l[Family] = FamilyOf(d.ComputeMajor, d.ComputeMinor)
-		l[ComputeMajor] = strconv.Itoa(d.ComputeMajor)
-		l[ComputeMinor] = strconv.Itoa(d.ComputeMinor)
+		l[gfd.Family] = FamilyOf(d.ComputeMajor, d.ComputeMinor)
+		l[gfd.ComputeMajor] = strconv.Itoa(d.ComputeMajor)
+		l[gfd.ComputeMinor] = strconv.Itoa(d.ComputeMinor)
 	}
 	if v := Sanitize(s.Machine); v != "" {
-		l[Machine] = v
+		l[gfd.Machine] = v
 	}
 	if parts := strings.Split(s.DriverVersion, "."); len(parts) == 2 || len(parts) == 3 {
-		l[DriverVersionMajor], l[DriverVersionMinor] = parts[0], parts[1]
-		l[DriverVersionRev] = ""
+		l[gfd.DriverVersionMajor], l[gfd.DriverVersionMinor] = parts[0], parts[1]
+		l[gfd.DriverVersionRev] = ""
 		if len(parts) == 3 {
-			l[DriverVersionRev] = parts[2]
+			l[gfd.DriverVersionRev] = parts[2]
 		}
-		l[DriverVersionFull] = s.DriverVersion
+		l[gfd.DriverVersionFull] = s.DriverVersion
 	}
 	if s.CUDADriverMajor > 0 {
-		l[RuntimeVersionMajor] = strconv.Itoa(s.CUDADriverMajor)
-		l[RuntimeVersionMinor] = strconv.Itoa(s.CUDADriverMinor)
-		l[RuntimeVersionFull] = s.CUDADriverVersion()
+		l[gfd.RuntimeVersionMajor] = strconv.Itoa(s.CUDADriverMajor)
+		l[gfd.RuntimeVersionMinor] = strconv.Itoa(s.CUDADriverMinor)
+		l[gfd.RuntimeVersionFull] = s.CUDADriverVersion()
 	}
 	capable := false
 	for i := range s.Devices {
 		capable = capable || s.Devices[i].MIG != nil
 	}
-	l[MIGCapable] = strconv.FormatBool(capable)
+	l[gfd.MIGCapable] = strconv.FormatBool(capable)
 	return l
 }
 

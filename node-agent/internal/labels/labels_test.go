@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/node-agent/internal/labels"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 )
@@ -49,11 +50,11 @@ func TestForNode(t *testing.T) {
 		},
 	}
 	want := map[string]string{
-		labels.Product: "NVIDIA-L40S", labels.Count: "2", labels.Memory: "46068", labels.Family: "ada-lovelace",
-		labels.ComputeMajor: "8", labels.ComputeMinor: "9", labels.Machine: "PowerEdge-XE9680",
-		labels.DriverVersionMajor: "550", labels.DriverVersionMinor: "54", labels.DriverVersionRev: "", labels.DriverVersionFull: "550.54",
-		labels.RuntimeVersionMajor: "12", labels.RuntimeVersionMinor: "4", labels.RuntimeVersionFull: "12.4",
-		labels.MIGCapable: "false",
+		gfd.Product: "NVIDIA-L40S", gfd.Count: "2", gfd.Memory: "46068", gfd.Family: "ada-lovelace",
+		gfd.ComputeMajor: "8", gfd.ComputeMinor: "9", gfd.Machine: "PowerEdge-XE9680",
+		gfd.DriverVersionMajor: "550", gfd.DriverVersionMinor: "54", gfd.DriverVersionRev: "", gfd.DriverVersionFull: "550.54",
+		gfd.RuntimeVersionMajor: "12", gfd.RuntimeVersionMinor: "4", gfd.RuntimeVersionFull: "12.4",
+		gfd.MIGCapable: "false",
 	}
 	if got := labels.ForNode(s); !reflect.DeepEqual(got, want) {
 		t.Errorf("ForNode:\n got %v\nwant %v", got, want)

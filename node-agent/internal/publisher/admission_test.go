@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/node-agent/internal/labels"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -129,7 +130,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	if err := e.Client.Get(ctx(t), client.ObjectKey{Name: "node-b"}, &b); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := b.Status.Capacity[publisher.GPUResource]; ok {
+	if _, ok := b.Status.Capacity[gfd.GPUResource]; ok {
 		t.Errorf("node-b's capacity was set: %v", b.Status.Capacity)
 	}
 	if err := publisher.New(agentA, withCapacity).Publish(ctx(t), "node-a", state()); err != nil {

@@ -25,14 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 )
 
 // DefaultFieldManager is the agent's server-side apply field manager.
 const DefaultFieldManager = "gpulab-agent"
-
-// GPUResource is the extended resource the NVIDIA device plugin advertises.
-const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
 // Object names for metrics and errors.
 const (
@@ -314,10 +312,10 @@ func (p *Publisher) applyLabels(ctx context.Context, node string, labels map[str
 
 func (p *Publisher) applyCapacity(ctx context.Context, node string, healthy int) error {
 	q := *resource.NewQuantity(int64(healthy), resource.DecimalSI)
-	rl := corev1.ResourceList{GPUResource: q}
+	rl := corev1.ResourceList{gfd.GPUResource: q}
 	ac := corev1ac.Node(node).WithStatus(corev1ac.NodeStatus().WithCapacity(rl).WithAllocatable(rl))
 	if err := p.c.Status().Apply(ctx, ac, client.FieldOwner(p.opts.FieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("advertising %s on node %s: %w", GPUResource, node, err)
+		return fmt.Errorf("advertising %s on node %s: %w", gfd.GPUResource, node, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
@@ -135,7 +136,7 @@ func TestLabelsAndCapacity(t *testing.T) {
 		}
 	}
 	read()
-	if q := n.Status.Capacity[publisher.GPUResource]; !q.Equal(resource.MustParse("8")) {
+	if q := n.Status.Capacity[gfd.GPUResource]; !q.Equal(resource.MustParse("8")) {
 		t.Errorf("capacity: %v", n.Status.Capacity)
 	}
 	// A label the agent no longer produces goes; others' labels stay.
@@ -147,7 +148,7 @@ func TestLabelsAndCapacity(t *testing.T) {
 	if _, ok := n.Labels["nvidia.com/mig.capable"]; ok || n.Labels["team"] != "ml" || n.Labels["nvidia.com/gpu.count"] != "8" {
 		t.Errorf("labels: %v", n.Labels)
 	}
-	if q := n.Status.Allocatable[publisher.GPUResource]; !q.Equal(resource.MustParse("7")) {
+	if q := n.Status.Allocatable[gfd.GPUResource]; !q.Equal(resource.MustParse("7")) {
 		t.Errorf("allocatable: %v", n.Status.Allocatable)
 	}
 }

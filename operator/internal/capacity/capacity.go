@@ -14,14 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-)
-
-// GFD label keys the operator reads and places pods with.
-const (
-	ProductLabel = "nvidia.com/gpu.product"
-	MemoryLabel  = "nvidia.com/gpu.memory"
-	// GPUResource is the device plugin's extended resource.
-	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 // Node is one schedulable node's healthy GPUs.
@@ -64,9 +57,9 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node, now time.Tim
 		if ok {
 			entry = Node{Name: n.Name, Product: inv.Status.Summary.Product, MemoryMiB: inv.Status.Summary.MemoryMiB, Healthy: inv.Status.Summary.Healthy}
 		} else {
-			gpus := n.Status.Allocatable[GPUResource]
-			mem, _ := strconv.ParseInt(n.Labels[MemoryLabel], 10, 64)
-			entry = Node{Name: n.Name, Product: n.Labels[ProductLabel], MemoryMiB: mem, Healthy: int32(gpus.Value())}
+			gpus := n.Status.Allocatable[gfd.GPUResource]
+			mem, _ := strconv.ParseInt(n.Labels[gfd.Memory], 10, 64)
+			entry = Node{Name: n.Name, Product: n.Labels[gfd.Product], MemoryMiB: mem, Healthy: int32(gpus.Value())}
 			if entry.Healthy > 0 {
 				fromInventory = false
 			}

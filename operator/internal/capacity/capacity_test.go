@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 const h100 = "NVIDIA-H100-80GB-HBM3"
@@ -20,9 +21,9 @@ func node(name, product string, gpus int64, ready bool) corev1.Node {
 		status = corev1.ConditionFalse
 	}
 	return corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ProductLabel: product, MemoryLabel: "81559"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{gfd.Product: product, gfd.Memory: "81559"}},
 		Status: corev1.NodeStatus{
-			Allocatable: corev1.ResourceList{GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+			Allocatable: corev1.ResourceList{gfd.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}},
 		},
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
@@ -35,14 +36,14 @@ func CreateGPUNodes(ctx context.Context, c client.Client, n int) error {
 	for i := range n {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 			Name:   fmt.Sprintf("h100-%d", i),
-			Labels: map[string]string{"nvidia.com/gpu.product": H100, "nvidia.com/gpu.memory": "81559"},
+			Labels: map[string]string{gfd.Product: H100, gfd.Memory: "81559"},
 		}}
 		if err := c.Create(ctx, node); err != nil {
 			return err
 		}
 		node.Status = corev1.NodeStatus{
-			Capacity:    corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("200"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")},
-			Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("200"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")},
+			Capacity:    corev1.ResourceList{gfd.GPUResource: resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("200"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")},
+			Allocatable: corev1.ResourceList{gfd.GPUResource: resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("200"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")},
 			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
 		}
 		if err := c.Status().Update(ctx, node); err != nil {

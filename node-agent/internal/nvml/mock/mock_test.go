@@ -10,6 +10,7 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/node-agent/internal/labels"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -129,8 +130,8 @@ func TestProfilesAgreeWithTestbed(t *testing.T) {
 					t.Errorf("label %s: agent %q, testbed %q", k, v, want[k])
 				}
 			}
-			for _, k := range []string{labels.Product, labels.Count, labels.Memory, labels.Family, labels.ComputeMajor,
-				labels.ComputeMinor, labels.Machine, labels.DriverVersionFull, labels.RuntimeVersionFull, labels.MIGCapable} {
+			for _, k := range []string{gfd.Product, gfd.Count, gfd.Memory, gfd.Family, gfd.ComputeMajor,
+				gfd.ComputeMinor, gfd.Machine, gfd.DriverVersionFull, gfd.RuntimeVersionFull, gfd.MIGCapable} {
 				if _, ok := got[k]; !ok {
 					t.Errorf("agent does not set %s", k)
 				}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 	"github.com/gpulab/gpulab/operator/internal/sizing"
@@ -173,7 +174,7 @@ func placedWholeNodeGPUs(g *group, existing []corev1.Pod) (int32, bool) {
 			continue
 		}
 		for _, c := range p.Spec.Containers {
-			if q, ok := c.Resources.Requests[capacity.GPUResource]; ok && q.Value() > 0 {
+			if q, ok := c.Resources.Requests[gfd.GPUResource]; ok && q.Value() > 0 {
 				return int32(q.Value()), true
 			}
 		}
@@ -263,8 +264,8 @@ func addGPURequest(pod *corev1.Pod, container string, n int32) {
 	if target.Resources.Limits == nil {
 		target.Resources.Limits = corev1.ResourceList{}
 	}
-	target.Resources.Requests[capacity.GPUResource] = q
-	target.Resources.Limits[capacity.GPUResource] = q
+	target.Resources.Requests[gfd.GPUResource] = q
+	target.Resources.Limits[gfd.GPUResource] = q
 }
 
 // addGPUAffinity requires the GFD product and memory labels, ANDed into
@@ -272,10 +273,10 @@ func addGPURequest(pod *corev1.Pod, container string, n int32) {
 func addGPUAffinity(pod *corev1.Pod, r *gpulabv1alpha1.GPURequest) {
 	var exprs []corev1.NodeSelectorRequirement
 	if r.Product != "" {
-		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: capacity.ProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{r.Product}})
+		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: gfd.Product, Operator: corev1.NodeSelectorOpIn, Values: []string{r.Product}})
 	}
 	if r.MinMemoryMiB != nil {
-		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: capacity.MemoryLabel, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(*r.MinMemoryMiB-1, 10)}})
+		exprs = append(exprs, corev1.NodeSelectorRequirement{Key: gfd.Memory, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.FormatInt(*r.MinMemoryMiB-1, 10)}})
 	}
 	if len(exprs) == 0 {
 		return

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
@@ -52,10 +53,10 @@ func TestBuildPodPlacesGPUsWhereAsked(t *testing.T) {
 		t.Fatalf("pods %v, want c-head, c-w-0, c-w-1", keys(d.pods))
 	}
 	w := d.pods["c-w-1"]
-	if gpus := w.Spec.Containers[1].Resources.Limits[capacity.GPUResource]; gpus.Value() != 8 {
+	if gpus := w.Spec.Containers[1].Resources.Limits[gfd.GPUResource]; gpus.Value() != 8 {
 		t.Errorf("train container has %s GPUs, want 8", gpus.String())
 	}
-	if _, ok := w.Spec.Containers[0].Resources.Limits[capacity.GPUResource]; ok {
+	if _, ok := w.Spec.Containers[0].Resources.Limits[gfd.GPUResource]; ok {
 		t.Errorf("the sidecar got GPUs")
 	}
 	terms := w.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
