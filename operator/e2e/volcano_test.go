@@ -25,6 +25,7 @@ import (
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/testutil"
 	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
 
 const (
@@ -42,7 +43,7 @@ func TestOperatorOnVolcano(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := local.StartForTest(t, local.Options{Name: "gpulab-operator-e2e", Fleet: fleet})
+	tb := localtest.Start(t, local.Options{Name: "gpulab-operator-e2e", Fleet: fleet})
 	c, err := tb.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -311,17 +312,23 @@ func pods(t *testing.T, c client.Client, ns string) []corev1.Pod {
 // reconciles reads controller-runtime's reconcile counter for the controller.
 func reconciles(t *testing.T) int {
 	t.Helper()
+	return counter(t, "controller_runtime_reconcile_total", "gpucluster")
+}
+
+// counter sums a controller-runtime counter over one controller's series.
+func counter(t *testing.T, name, controller string) int {
+	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if label(m, "controller") == "gpucluster" {
+			if label(m, "controller") == controller {
 				total += int(m.GetCounter().GetValue())
 			}
 		}
