@@ -136,7 +136,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		// Nothing was done; start over from a fresher copy.
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
-	if ownership.IsConflict(err) {
+	switch {
+	case ownership.IsConflict(err):
 		// A condition and an event, not a crash loop: the other object is
 		// not ours to change.
 		if was := meta.FindStatusCondition(s.old.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded); was == nil || was.Message != err.Error() {
@@ -144,9 +145,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 		setCondition(s, gpulabv1alpha1.ConditionReconcileSucceeded, false, gpulabv1alpha1.ReasonNameConflict, err.Error())
 		result, err = ctrl.Result{RequeueAfter: recheckConflict}, nil
-	} else if err != nil {
+	case err != nil:
 		setCondition(s, gpulabv1alpha1.ConditionReconcileSucceeded, false, gpulabv1alpha1.ReasonReconcileError, err.Error())
-	} else {
+	default:
 		setCondition(s, gpulabv1alpha1.ConditionReconcileSucceeded, true, gpulabv1alpha1.ReasonReconciled, "the last reconcile completed")
 	}
 	if werr := r.writeStatus(ctx, s); werr != nil {
