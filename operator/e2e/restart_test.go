@@ -2,23 +2,20 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	pollpkg "github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/operator/internal/manager"
-	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
@@ -47,31 +44,7 @@ func TestRecoversFromControlPlaneRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := localtest.Start(t, local.Options{Name: "gpulab-operator-restarts", Fleet: fleet})
-	c, err := tb.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", tb.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	mgrCtx, stop := context.WithCancel(ctx)
-	mgr, err := manager.New(mgrCtx, cfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		ReconcileConcurrency: 16, Metrics: metrics.NewClusters(prometheus.NewRegistry()),
-		JobMetrics: metrics.NewJobs(prometheus.NewRegistry()), SkipNameValidation: true})
-	if err != nil {
-		stop()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	c := startOperator(t, tb, manager.Options{ReconcileConcurrency: 16}, func(cfg *rest.Config) { cfg.QPS, cfg.Burst = 200, 400 })
 
 	ns := namespace(t, c, "restarts")
 	errorsBefore := reconcileErrors(t)

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,30 +45,8 @@ func TestOperatorOnVolcano(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := localtest.Start(t, local.Options{Name: "gpulab-operator-e2e", Fleet: fleet})
-	c, err := tb.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", tb.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	traffic := testutil.NewTraffic()
-	cfg.Wrap(traffic.Wrap)
-	mgrCtx, stop := context.WithCancel(ctx)
-	mgr, err := manager.New(mgrCtx, cfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", Metrics: metrics.NewClusters(prometheus.NewRegistry())})
-	if err != nil {
-		stop()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	c := startOperator(t, tb, manager.Options{}, func(cfg *rest.Config) { cfg.Wrap(traffic.Wrap) })
 
 	t.Run("a cluster reaches Ready through Volcano on its product's nodes", func(t *testing.T) {
 		ns := namespace(t, c, "ready")
@@ -175,6 +154,43 @@ func TestOperatorOnVolcano(t *testing.T) {
 			return n == 0, fmt.Sprintf("%d pods left", n)
 		})
 	})
+}
+
+// startOperator runs the operator in-process against the testbed until the
+// test ends (its gpulab_ metrics in registries of their own, so several can
+// run in one process), after tune adjusts the client config. It returns an
+// admin client of the testbed.
+func startOperator(t *testing.T, tb *local.Testbed, opts manager.Options, tune func(*rest.Config)) client.Client {
+	t.Helper()
+	c, err := tb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", tb.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(cfg)
+	}
+	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	opts.Metrics, opts.JobMetrics = metrics.NewClusters(prometheus.NewRegistry()), metrics.NewJobs(prometheus.NewRegistry())
+	opts.SkipNameValidation = true
+	ctx, stop := context.WithCancel(context.WithoutCancel(t.Context()))
+	mgr, err := manager.New(ctx, cfg, opts)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return c
 }
 
 // gpuJob runs a submitter on its own cluster of 2 H100 workers (16 GPUs) in
