@@ -51,11 +51,20 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 	if _, err := os.Stat(t.Workdir()); err != nil {
 		return fmt.Errorf("testbed %q is not up (no %s)", t.opts.Name, t.Workdir())
 	}
+	// One restart or bring-up of this testbed at a time: two `kwokctl start`
+	// at once would start a component twice.
+	lock, err := t.lockTestbed(ctx)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	pidFile := filepath.Join(t.Workdir(), "pids", component+".pid")
 	pid := readPID(pidFile)
 	if pid > 0 && processAlive(pid) {
 		if err := checkCommand(pid, component); err != nil {
-			return err
+			// A stale pid file whose number went to another program.
+			fmt.Fprintf(t.opts.Log, "%v\n", err)
+			pid = 0
 		}
 	} else {
 		pid = 0
@@ -119,7 +128,7 @@ func checkCommand(pid int, component string) error {
 	}
 	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
 	if filepath.Base(string(argv0)) != component {
-		return fmt.Errorf("pid %d runs %q, not %s: not stopping it", pid, argv0, component)
+		return fmt.Errorf("pid %d runs %q, not %s: leaving it alone", pid, argv0, component)
 	}
 	return nil
 }
@@ -218,7 +227,7 @@ func (t *Testbed) healthCheck(component string, ports Ports) (func(context.Conte
 func httpHealth(scheme string, port int, path string) func(context.Context) error {
 	client := &http.Client{
 		Timeout:   5 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true},
 	}
 	url := scheme + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
 	return func(ctx context.Context) error {

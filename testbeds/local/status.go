@@ -244,18 +244,40 @@ func readPID(path string) int {
 	return pid
 }
 
-// processAlive says whether pid is a live process (zombies count as gone).
+// processAlive says whether pid is a live process. A zombie is gone only
+// once all its threads are: the main thread of a Go program can be a zombie
+// while the others still hold its files, listening sockets included, so the
+// port is not free yet.
 func processAlive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil {
 		return false
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	state, err := procState(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || state != "Z" {
 		return true
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	for _, task := range tasks {
+		// A thread whose stat is gone has exited.
+		if state, err := procState(task); err == nil && state != "Z" {
+			return true
+		}
+	}
+	return false
+}
+
+// procState reads the state letter of a /proc stat file.
+func procState(statPath string) (string, error) {
+	data, err := os.ReadFile(statPath)
+	if err != nil {
+		return "", err
 	}
 	// The state follows the parenthesised command name.
 	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	return len(fields) == 0 || fields[0] != "Z"
+	if len(fields) == 0 {
+		return "", fmt.Errorf("no state in %s", statPath)
+	}
+	return fields[0], nil
 }
 
 // poll calls cond every pollInterval until it returns true, returns an

@@ -157,6 +157,11 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 		return err
 	}
 	defer lock.Release()
+	own, err := t.lockTestbed(ctx)
+	if err != nil {
+		return err
+	}
+	defer own.Release()
 
 	if _, statErr := os.Stat(t.Workdir()); statErr == nil {
 		if t.apiServerRunning() {
@@ -254,6 +259,15 @@ func (t *Testbed) Down(ctx context.Context) error {
 	}
 	errs = append(errs, os.RemoveAll(t.Workdir()), os.RemoveAll(t.stateDir()))
 	return errors.Join(errs...)
+}
+
+// lockTestbed takes this testbed's own lock, held by Up and Restart. It
+// lives beside the state folder, which Down removes.
+func (t *Testbed) lockTestbed(ctx context.Context) (*filelock.Lock, error) {
+	return filelock.Acquire(ctx, filepath.Join(t.opts.CacheDir, "testbeds", "."+t.opts.Name+".lock"),
+		fmt.Sprintf("pid %d", os.Getpid()), func(heldBy string) {
+			fmt.Fprintf(t.opts.Log, "waiting for another start or restart of testbed %q (%s)\n", t.opts.Name, heldBy)
+		})
 }
 
 // LogArchive is where Down keeps the component logs of the last cluster.

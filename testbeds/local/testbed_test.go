@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -217,7 +220,7 @@ func TestTestbedIsReal(t *testing.T) {
 		for _, port := range ports {
 			if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err == nil {
 				conn.Close()
-				t.Errorf("port %d still accepts connections after down", port)
+				t.Errorf("port %d still accepts connections after down (listener: %s)", port, portOwner(port))
 			}
 		}
 	})
@@ -377,4 +380,37 @@ type testLog struct{ t *testing.T }
 func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(string(p))
 	return len(p), nil
+}
+
+// portOwner names the processes listening on a loopback port, from /proc,
+// for a failure message.
+func portOwner(port int) string {
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			// local_address is ADDR:PORT in hex; state 0A is LISTEN.
+			if len(f) > 9 && f[3] == "0A" && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", port)) {
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	var owners []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range procs {
+		if target, err := os.Readlink(fd); err == nil && inodes[target] {
+			dir := filepath.Dir(filepath.Dir(fd))
+			cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+			stat, _ := os.ReadFile(filepath.Join(dir, "stat"))
+			owners = append(owners, fmt.Sprintf("pid %s %q (stat %s)", filepath.Base(dir), strings.ReplaceAll(string(cmd), "\x00", " "), strings.TrimSpace(string(stat))))
+		}
+	}
+	if len(owners) == 0 {
+		return "no owner found"
+	}
+	return strings.Join(owners, "; ")
 }
