@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
@@ -22,8 +21,8 @@ import (
 // killed mid-flight recovers with no duplicate pods.
 func TestController(t *testing.T) {
 	const name = "controller"
-	f := features.New(name).WithLabel("area", name).
-		Assess("invalid GPUClusters are rejected with their messages", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+	f := newPlan(name).
+		assess(results.RequirementRobustController, "invalid GPUClusters are rejected with their messages", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			cases := map[string]func(*gpulabv1alpha1.GPUCluster){
 				"should have at least 1 items":                          func(g *gpulabv1alpha1.GPUCluster) { g.Spec.WorkerGroups = []gpulabv1alpha1.WorkerGroupSpec{} },
@@ -38,12 +37,12 @@ func TestController(t *testing.T) {
 				mutate(gc)
 				err := s.c.Create(ctx, gc)
 				if err == nil || !strings.Contains(err.Error(), msg) {
-					failf(t, name, "invalid GPUCluster: got %v, want an error containing %q", err, msg)
+					failf(t, "invalid GPUCluster: got %v, want an error containing %q", err, msg)
 				}
 			}
 			return ctx
 		}).
-		Assess("a valid GPUCluster reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementRobustController, "a valid GPUCluster reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			start := time.Now()
 			s.create(ctx, gpuCluster(s.ns, "valid", 2, 4))
@@ -52,18 +51,18 @@ func TestController(t *testing.T) {
 			s.checkInvariants()
 			return ctx
 		}).
-		Assess("the leader killed mid-flight recovers with no duplicate pods", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementRobustController, "the leader killed mid-flight recovers with no duplicate pods", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if cluster.Profile != "local" {
-				t.Skip("killing the operator is implemented for the local profile")
+				skipf(t, "killing the operator is implemented for the local profile")
 			}
 			s := newScenario(ctx, t, name)
 			leader, err := cluster.Leader(ctx)
 			if err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			holder := leaseHolder(ctx, s.c)
 			if holder == "" {
-				fatalf(t, name, "the operator's lease has no holder while %s leads", leader.Name)
+				fatalf(t, "the operator's lease has no holder while %s leads", leader.Name)
 			}
 			// Workers without GPUs, many of them: creating the gang takes
 			// several rounds of parallel creates, so a kill on the first
@@ -73,17 +72,17 @@ func TestController(t *testing.T) {
 			s.create(ctx, gpuCluster(s.ns, "crash", workers, 0))
 			// React to the first pod's watch event itself, not a poll.
 			if err := s.recorder.WaitFor(ctx, 30*time.Second, "crash", func(tl measure.Timeline) bool { return tl.Pods > 0 }); err != nil {
-				fatalf(t, name, "the operator never started creating pods: %v", err)
+				fatalf(t, "the operator never started creating pods: %v", err)
 			}
 			killed := time.Now()
 			if err := leader.Kill(); err != nil {
-				fatalf(t, name, "killing %s: %v", leader.Name, err)
+				fatalf(t, "killing %s: %v", leader.Name, err)
 			}
 			// Bring the killed replica back as a follower for what follows,
 			// whatever this assessment concludes.
 			defer func() {
 				if err := leader.Start(ctx); err != nil {
-					failf(t, name, "restarting %s: %v", leader.Name, err)
+					failf(t, "restarting %s: %v", leader.Name, err)
 				}
 			}()
 			// No replica leads until the lease expires, so the pods that
@@ -91,10 +90,10 @@ func TestController(t *testing.T) {
 			// is the evidence that the kill interrupted creation.
 			var pods corev1.PodList
 			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			if n := len(pods.Items); n >= desired {
-				fatalf(t, name, "all %d pods existed when the leader was killed: the kill did not interrupt creation, so recovery was not tested", n)
+				fatalf(t, "all %d pods existed when the leader was killed: the kill did not interrupt creation, so recovery was not tested", n)
 			} else {
 				t.Logf("leader killed with %d of %d pods created", n, desired)
 			}
@@ -102,21 +101,21 @@ func TestController(t *testing.T) {
 				h := leaseHolder(ctx, s.c)
 				return h != "" && h != holder, "lease still held by " + h
 			}); err != nil {
-				fatalf(t, name, "no replica took over: %v", err)
+				fatalf(t, "no replica took over: %v", err)
 			}
 			failover := time.Since(killed)
 			measured(results.Value(name, "leader_failover", "seconds", failover.Seconds()))
 			s.waitReady(ctx, "crash", *readyFlag)
 			measured(results.Value(name, "kill_to_ready", "seconds", time.Since(killed).Seconds()))
 			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			if len(pods.Items) != desired {
-				failf(t, name, "%d pods after recovery, want %d", len(pods.Items), desired)
+				failf(t, "%d pods after recovery, want %d", len(pods.Items), desired)
 			}
 			s.checkInvariants()
 			return ctx
-		}).Feature()
+		}).feature()
 	testenv.Test(t, f)
 }
 

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	"sigs.k8s.io/e2e-framework/pkg/features"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -26,15 +25,15 @@ func TestGang(t *testing.T) {
 	capacity := func(ctx context.Context, t *testing.T) (int, int) {
 		free, whole, err := freeCapacity(ctx, cluster.Client)
 		if err != nil {
-			fatalf(t, name, "reading capacity: %v", err)
+			fatalf(t, "reading capacity: %v", err)
 		}
 		if whole < 2 {
-			t.Skipf("needs at least 2 free 8-GPU nodes, found %d", whole)
+			skipf(t, "needs at least 2 free 8-GPU nodes, found %d", whole)
 		}
 		return free, whole
 	}
-	f := features.New(name).WithLabel("area", name).
-		Assess("a gang that fits binds all-or-nothing and reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+	f := newPlan(name).
+		assess(results.RequirementGangScheduling, "a gang that fits binds all-or-nothing and reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			capacity(ctx, t)
 			s.create(ctx, gpuCluster(s.ns, "fits", 2, 8))
@@ -42,7 +41,7 @@ func TestGang(t *testing.T) {
 			s.checkInvariants()
 			return ctx
 		}).
-		Assess("a gang one GPU larger than free capacity binds no pod and reports Unschedulable", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementGangScheduling, "a gang one GPU larger than free capacity binds no pod and reports Unschedulable", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			free, whole := capacity(ctx, t)
 			gc := gpuCluster(s.ns, "too-big", int32(whole), 8)
@@ -57,18 +56,18 @@ func TestGang(t *testing.T) {
 			reported := false
 			for time.Now().Before(window) {
 				if n := s.recorder.Bound("too-big"); n > 0 {
-					fatalf(t, name, "%d pods of a gang that cannot fit were bound", n)
+					fatalf(t, "%d pods of a gang that cannot fit were bound", n)
 				}
 				reported = reported || unschedulable(ctx, s)
 				time.Sleep(100 * time.Millisecond)
 			}
 			if !reported {
-				failf(t, name, "the gang never reported Unschedulable: %s", describe(s.get(ctx, "too-big")))
+				failf(t, "the gang never reported Unschedulable: %s", describe(s.get(ctx, "too-big")))
 			}
 			s.checkInvariants()
 			return ctx
 		}).
-		Assess("K gangs contending for room for K/2 are never partly bound, and the waiting ones bind as capacity frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementGangScheduling, "K gangs contending for room for K/2 are never partly bound, and the waiting ones bind as capacity frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			_, whole := capacity(ctx, t)
 			const k = 4
@@ -82,7 +81,7 @@ func TestGang(t *testing.T) {
 			var bindAfterFree []float64
 			for len(ready) < k {
 				if time.Since(start) > 2**readyFlag {
-					fatalf(t, name, "only %d of %d contending gangs became Ready", len(ready), k)
+					fatalf(t, "only %d of %d contending gangs became Ready", len(ready), k)
 				}
 				for i := range k {
 					n := fmt.Sprintf("contend-%d", i)
@@ -105,14 +104,14 @@ func TestGang(t *testing.T) {
 			s.checkInvariants()
 			return ctx
 		}).
-		Assess("an exact fill of the free capacity binds", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementGangScheduling, "an exact fill of the free capacity binds", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			_, whole := capacity(ctx, t)
 			s.create(ctx, gpuCluster(s.ns, "exact", int32(whole), 8))
 			s.waitReady(ctx, "exact", *readyFlag)
 			s.checkInvariants()
 			return ctx
-		}).Feature()
+		}).feature()
 	testenv.Test(t, f)
 }
 

@@ -38,11 +38,11 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 	ns := fmt.Sprintf("gpulab-conformance-%s-%d-%d", feature, time.Now().Unix()%100000, nsSeq)
 	c := cluster.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		fatalf(t, feature, "creating namespace: %v", err)
+		fatalf(t, "creating namespace: %v", err)
 	}
 	rec, err := measure.Start(ctx, measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: ns})
 	if err != nil {
-		fatalf(t, feature, "starting watches: %v", err)
+		fatalf(t, "starting watches: %v", err)
 	}
 	s := &scenario{t: t, feature: feature, ns: ns, c: c, recorder: rec}
 	t.Cleanup(s.cleanup)
@@ -99,7 +99,7 @@ func (s *scenario) create(ctx context.Context, gc *gpulabv1alpha1.GPUCluster) {
 	}
 	s.recorder.Expect(gc.Name, desired, time.Now())
 	if err := s.c.Create(ctx, gc); err != nil {
-		fatalf(s.t, s.feature, "creating GPUCluster %s: %v", gc.Name, err)
+		fatalf(s.t, "creating GPUCluster %s: %v", gc.Name, err)
 	}
 }
 
@@ -120,7 +120,7 @@ func (s *scenario) waitReady(ctx context.Context, name string, timeout time.Dura
 		return gc.Status.Phase == gpulabv1alpha1.ClusterReady, describe(gc)
 	})
 	if err != nil {
-		fatalf(s.t, s.feature, "GPUCluster %s not Ready: %v", name, err)
+		fatalf(s.t, "GPUCluster %s not Ready: %v", name, err)
 	}
 }
 
@@ -128,7 +128,7 @@ func (s *scenario) delete(ctx context.Context, name string) {
 	s.t.Helper()
 	err := s.c.Delete(ctx, &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		fatalf(s.t, s.feature, "deleting %s: %v", name, err)
+		fatalf(s.t, "deleting %s: %v", name, err)
 	}
 }
 
@@ -141,10 +141,10 @@ func (s *scenario) checkInvariants() {
 	s.t.Helper()
 	s.checked = true
 	if err := s.recorder.Settle(context.Background(), 2*measure.DefaultPartialGrace+time.Second); err != nil {
-		failf(s.t, s.feature, "the recorder could not decide every invariant: %v", err)
+		failf(s.t, "the recorder could not decide every invariant: %v", err)
 	}
 	for _, v := range s.recorder.Violations() {
-		failf(s.t, s.feature, "%s", v.What)
+		failf(s.t, "%s", v.What)
 	}
 }
 

@@ -11,24 +11,26 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/node-agent/simulator"
 )
 
 // TestInventory: every GPU node has a GPUInventory that agrees with its
 // allocatable nvidia.com/gpu and GFD labels; an unhealthy GPU is reported;
-// every GPU has utilization and memory series (the KAR-0059 plan).
+// every GPU has utilization and memory series (that one evidences KAR-0059;
+// the others are gpulab's own). The --real-gpus probe is only registered
+// when asked for.
 func TestInventory(t *testing.T) {
 	const name = "inventory"
-	f := features.New(name).WithLabel("area", name).
-		Assess("every GPU node's inventory agrees with its allocatable and labels", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+	f := newPlan(name).
+		assess(results.RequirementNone, "every GPU node's inventory agrees with its allocatable and labels", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := cluster.Client
 			var nodes corev1.NodeList
 			if err := c.List(ctx, &nodes); err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			checked := 0
 			for _, n := range nodes.Items {
@@ -39,33 +41,30 @@ func TestInventory(t *testing.T) {
 				checked++
 				var inv gpulabv1alpha1.GPUInventory
 				if err := c.Get(ctx, client.ObjectKey{Name: n.Name}, &inv); err != nil {
-					failf(t, name, "node %s has %d GPUs but no GPUInventory: %v", n.Name, alloc.Value(), err)
+					failf(t, "node %s has %d GPUs but no GPUInventory: %v", n.Name, alloc.Value(), err)
 					continue
 				}
 				sum := inv.Status.Summary
 				if int64(sum.Healthy) != alloc.Value() && int64(sum.Count) != alloc.Value() {
-					failf(t, name, "node %s: allocatable nvidia.com/gpu %d, inventory %d GPUs (%d healthy)", n.Name, alloc.Value(), sum.Count, sum.Healthy)
+					failf(t, "node %s: allocatable nvidia.com/gpu %d, inventory %d GPUs (%d healthy)", n.Name, alloc.Value(), sum.Count, sum.Healthy)
 				}
 				if p := n.Labels["nvidia.com/gpu.product"]; p != sum.Product {
-					failf(t, name, "node %s: label nvidia.com/gpu.product %q, inventory %q", n.Name, p, sum.Product)
+					failf(t, "node %s: label nvidia.com/gpu.product %q, inventory %q", n.Name, p, sum.Product)
 				}
 				if m := n.Labels["nvidia.com/gpu.memory"]; m != strconv.FormatInt(sum.MemoryMiB, 10) {
-					failf(t, name, "node %s: label nvidia.com/gpu.memory %q, inventory %d MiB", n.Name, m, sum.MemoryMiB)
+					failf(t, "node %s: label nvidia.com/gpu.memory %q, inventory %d MiB", n.Name, m, sum.MemoryMiB)
 				}
 			}
 			if checked == 0 {
-				fatalf(t, name, "no node advertises nvidia.com/gpu")
+				fatalf(t, "no node advertises nvidia.com/gpu")
 			}
 			return ctx
 		}).
-		Assess("with --real-gpus, each node's nvidia-smi UUIDs match its inventory", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			if !*realGPUsFlag {
-				t.Skip("needs --real-gpus (a cluster with real GPUs)")
-			}
+		assessIf(*realGPUsFlag, results.RequirementNone, "with --real-gpus, each node's nvidia-smi UUIDs match its inventory", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			var nodes corev1.NodeList
 			if err := s.c.List(ctx, &nodes); err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			for _, n := range nodes.Items {
 				if gpus := n.Status.Allocatable["nvidia.com/gpu"]; gpus.Value() == 0 {
@@ -73,25 +72,25 @@ func TestInventory(t *testing.T) {
 				}
 				var inv gpulabv1alpha1.GPUInventory
 				if err := s.c.Get(ctx, client.ObjectKey{Name: n.Name}, &inv); err != nil {
-					failf(t, name, "node %s: %v", n.Name, err)
+					failf(t, "node %s: %v", n.Name, err)
 					continue
 				}
-				probeGPUs(ctx, t, name, s.ns, n, &inv)
+				probeGPUs(ctx, t, s.ns, n, &inv)
 			}
 			return ctx
 		}).
-		Assess("a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementNone, "a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if cluster.Profile != "local" {
-				t.Skip("XID injection needs the local testbed's simulated agent")
+				skipf(t, "XID injection needs the local testbed's simulated agent")
 			}
 			c := cluster.Client
 			var nodes corev1.NodeList
 			if err := c.List(ctx, &nodes); err != nil || len(nodes.Items) == 0 {
-				fatalf(t, name, "listing nodes: %v", err)
+				fatalf(t, "listing nodes: %v", err)
 			}
 			node := nodes.Items[len(nodes.Items)-1].Name
 			if err := cordonWithXID(ctx, c, node, "2:79"); err != nil {
-				fatalf(t, name, "injecting an XID: %v", err)
+				fatalf(t, "injecting an XID: %v", err)
 			}
 			var inv gpulabv1alpha1.GPUInventory
 			err := waitFor(ctx, time.Minute, func() (bool, string) {
@@ -106,34 +105,34 @@ func TestInventory(t *testing.T) {
 				return false, fmt.Sprintf("GPU 2 of %s not Unhealthy with XID 79", node)
 			})
 			if err != nil {
-				failf(t, name, "the injected XID was not reported: %v", err)
+				failf(t, "the injected XID was not reported: %v", err)
 			}
 			return ctx
 		}).
-		Assess("every GPU has utilization and memory series", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementAcceleratorMetrics, "every GPU has utilization and memory series", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			url := cluster.AgentMetricsURL(ctx)
 			if url == "" {
-				t.Skip("needs the local testbed's agent metrics")
+				skipf(t, "needs the local testbed's agent metrics")
 			}
 			s, err := measure.ScrapeURL(ctx, url)
 			if err != nil {
-				fatalf(t, name, "scraping the agent: %v", err)
+				fatalf(t, "scraping the agent: %v", err)
 			}
 			var invs gpulabv1alpha1.GPUInventoryList
 			if err := cluster.Client.List(ctx, &invs); err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			for _, inv := range invs.Items {
 				for _, g := range inv.Status.GPUs {
 					for _, metric := range []string{"gpulab_gpu_utilization_ratio", "gpulab_gpu_memory_used_bytes", "gpulab_gpu_memory_total_bytes"} {
 						if _, ok := s[metric]; !ok || !hasSeries(s, metric, g.UUID) {
-							failf(t, name, "no %s series for GPU %s (%s/%d)", metric, g.UUID, inv.Name, g.Index)
+							failf(t, "no %s series for GPU %s (%s/%d)", metric, g.UUID, inv.Name, g.Index)
 						}
 					}
 				}
 			}
 			return ctx
-		}).Feature()
+		}).feature()
 	testenv.Test(t, f)
 }
 

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	"sigs.k8s.io/e2e-framework/pkg/features"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -23,13 +22,13 @@ import (
 // job finishes.
 func TestJob(t *testing.T) {
 	const name = "job"
-	f := features.New(name).WithLabel("area", name).
-		Assess("two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+	f := newPlan(name).
+		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if cluster.Profile != "local" {
-				t.Skip("submitters finish on their own only on the local testbed (kwok stages)")
+				skipf(t, "submitters finish on their own only on the local testbed (kwok stages)")
 			}
 			s := newScenario(ctx, t, name)
-			_, whole := freeCapacityOrSkip(ctx, t, name)
+			_, whole := freeCapacityOrSkip(ctx, t)
 			gpus := resource.MustParse(fmt.Sprint(min(whole, 2) * 8))
 			queue := &schedulingv1beta1.Queue{
 				ObjectMeta: metav1.ObjectMeta{Name: s.ns},
@@ -37,7 +36,7 @@ func TestJob(t *testing.T) {
 					Capability: corev1.ResourceList{"nvidia.com/gpu": gpus}},
 			}
 			if err := s.c.Create(ctx, queue); err != nil {
-				fatalf(t, name, "creating queue: %v", err)
+				fatalf(t, "creating queue: %v", err)
 			}
 			t.Cleanup(func() { _ = s.c.Delete(context.Background(), queue) })
 			workers := min(whole, 2)
@@ -52,7 +51,7 @@ func TestJob(t *testing.T) {
 						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "submit", Image: "registry.k8s.io/pause:3.10"}}}}},
 				}
 				if err := s.c.Create(ctx, j); err != nil {
-					fatalf(t, name, "creating GPUJob %s: %v", job, err)
+					fatalf(t, "creating GPUJob %s: %v", job, err)
 				}
 			}
 			first, second := waitJob(ctx, t, s, "first"), waitJob(ctx, t, s, "second")
@@ -60,23 +59,23 @@ func TestJob(t *testing.T) {
 			tl := s.recorder.Timelines()[second.Status.ClusterName]
 			done := first.Status.CompletionTime.Time
 			if tl.AllBound.IsZero() || tl.AllBound.Add(time.Second).Before(done) {
-				failf(t, name, "the second gang bound at %s, before the first job finished at %s", tl.AllBound, done)
+				failf(t, "the second gang bound at %s, before the first job finished at %s", tl.AllBound, done)
 			} else {
 				measured(results.Value(name, "first_finished_to_second_bound", "seconds", tl.AllBound.Sub(done).Seconds()))
 			}
 			s.checkInvariants()
 			return ctx
-		}).Feature()
+		}).feature()
 	testenv.Test(t, f)
 }
 
-func freeCapacityOrSkip(ctx context.Context, t *testing.T, feature string) (int, int) {
+func freeCapacityOrSkip(ctx context.Context, t *testing.T) (int, int) {
 	free, whole, err := freeCapacity(ctx, cluster.Client)
 	if err != nil {
-		fatalf(t, feature, "reading capacity: %v", err)
+		fatalf(t, "reading capacity: %v", err)
 	}
 	if whole < 1 {
-		t.Skip("no free 8-GPU node")
+		skipf(t, "no free 8-GPU node")
 	}
 	return free, whole
 }
@@ -91,7 +90,7 @@ func waitJob(ctx context.Context, t *testing.T, s *scenario, name string) *gpula
 		return j.Status.Phase == gpulabv1alpha1.JobSucceeded, fmt.Sprintf("phase %q %+v", j.Status.Phase, j.Status.Conditions)
 	})
 	if err != nil {
-		fatalf(t, s.feature, "GPUJob %s did not succeed: %v", name, err)
+		fatalf(t, "GPUJob %s did not succeed: %v", name, err)
 	}
 	return j
 }

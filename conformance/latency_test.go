@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/results"
@@ -17,15 +16,17 @@ import (
 // TestLatency creates --scale GPUClusters (1 head + 2 workers × 4 GPUs) at
 // once and measures, from client-side watches, each cluster's time from
 // create to PodGroup, all pods created, all bound, all Ready and status
-// Ready; and, from the operator's /metrics, the work it took.
+// Ready; and, from the operator's /metrics, the work it took. Its
+// overcommitted run evidences KAR-0053: more gangs than fit, none ever
+// partly bound.
 func TestLatency(t *testing.T) {
 	const name = "latency"
-	f := features.New(name).WithLabel("area", name).
-		Assess("clusters created at once reach Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+	f := newPlan(name).
+		assess(results.RequirementNone, "clusters created at once reach Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			free, _, err := freeCapacity(ctx, cluster.Client)
 			if err != nil {
-				fatalf(t, name, "reading capacity: %v", err)
+				fatalf(t, "reading capacity: %v", err)
 			}
 			n := *scaleFlag
 			if n*8 > free {
@@ -33,9 +34,9 @@ func TestLatency(t *testing.T) {
 				t.Logf("capacity for %d clusters only (%d free GPUs)", n, free)
 			}
 			if n == 0 {
-				t.Skip("no free capacity")
+				skipf(t, "no free capacity")
 			}
-			before := scrapeLeader(ctx, t, name)
+			before := scrapeLeader(ctx, t)
 			start := time.Now()
 			for i := range n {
 				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("lat-%03d", i), 2, 4))
@@ -51,25 +52,25 @@ func TestLatency(t *testing.T) {
 				return done == n, fmt.Sprintf("%d of %d clusters Ready", done, n)
 			})
 			if err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			wall := time.Since(start)
-			after := scrapeLeader(ctx, t, name)
+			after := scrapeLeader(ctx, t)
 			record(name, s.recorder.Timelines(), n, wall, before, after)
 			s.checkInvariants()
 			return ctx
 		}).
-		Assess("more gangs than capacity: none is ever partly bound, each binds as room frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementGangScheduling, "more gangs than capacity: none is ever partly bound, each binds as room frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			_, whole, err := freeCapacity(ctx, cluster.Client)
 			if err != nil {
-				fatalf(t, name, "reading capacity: %v", err)
+				fatalf(t, "reading capacity: %v", err)
 			}
 			// Gangs of two whole nodes, 1.5× what fits at once.
 			fits := whole / 2
 			n := fits + fits/2
 			if fits < 2 {
-				t.Skip("needs at least 4 free 8-GPU nodes")
+				skipf(t, "needs at least 4 free 8-GPU nodes")
 			}
 			for i := range n {
 				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("over-%03d", i), 2, 8))
@@ -87,7 +88,7 @@ func TestLatency(t *testing.T) {
 				return len(done) == n, fmt.Sprintf("%d of %d gangs were Ready", len(done), n)
 			})
 			if err != nil {
-				fatalf(t, name, "%v", err)
+				fatalf(t, "%v", err)
 			}
 			var waits []float64
 			for _, tl := range s.recorder.Timelines() {
@@ -100,21 +101,21 @@ func TestLatency(t *testing.T) {
 				results.Value(name, "overcommitted_gangs", "count", float64(n)))
 			s.checkInvariants()
 			return ctx
-		}).Feature()
+		}).feature()
 	testenv.Test(t, f)
 }
 
-func scrapeLeader(ctx context.Context, t *testing.T, feature string) measure.Scrape {
+func scrapeLeader(ctx context.Context, t *testing.T) measure.Scrape {
 	if cluster.Profile != "local" {
 		return nil
 	}
 	leader, err := cluster.Leader(ctx)
 	if err != nil {
-		fatalf(t, feature, "%v", err)
+		fatalf(t, "%v", err)
 	}
 	s, err := measure.ScrapeURL(ctx, leader.MetricsURL())
 	if err != nil {
-		fatalf(t, feature, "scraping the operator: %v", err)
+		fatalf(t, "scraping the operator: %v", err)
 	}
 	return s
 }

@@ -13,10 +13,10 @@ import (
 
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/local"
 )
 
 // Flags beyond e2e-framework's own (--kubeconfig, --labels, --skip-labels,
@@ -33,14 +33,18 @@ var (
 	pushFlag       = flag.String("pushgateway-url", "", "push the run's verdicts and measurements to this Prometheus Pushgateway")
 )
 
+var fleetFlag = flag.String("fleet", "", "local profile: the fake GPU nodes as profile=count,... (as TESTBED_NODES, e.g. dgx-h100=1); default --scale+--scale/4+3 dgx-h100 nodes")
+
 var (
 	testenv env.Environment
 	cluster *profile.Environment
 
+	// mu guards run and the recording in plan_test.go.
 	mu  sync.Mutex
 	run = &results.Results{SchemaVersion: results.SchemaVersion}
-	// notes collects failure messages per feature for the results.
-	notes = map[string][]string{}
+	// setupErr and teardownErr are what the Setup and Finish steps could
+	// not do; e2e-framework only logs them.
+	setupErr, teardownErr error
 )
 
 func TestMain(m *testing.M) {
@@ -53,11 +57,11 @@ func TestMain(m *testing.M) {
 	cfg, err := envconf.NewFromFlags()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		os.Exit(results.ExitUsage)
 	}
 	if *scaleFlag < 1 {
 		fmt.Fprintln(os.Stderr, "--scale must be at least 1")
-		os.Exit(2)
+		os.Exit(results.ExitUsage)
 	}
 	// A zero or negative window would pass the gang checks without
 	// watching anything, and a zero timeout fail every wait at once.
@@ -67,12 +71,23 @@ func TestMain(m *testing.M) {
 	}{{"--wait-window", *waitWindowFlag}, {"--ready-timeout", *readyFlag}} {
 		if d.value <= 0 {
 			fmt.Fprintf(os.Stderr, "%s must be positive, got %s\n", d.name, d.value)
-			os.Exit(2)
+			os.Exit(results.ExitUsage)
 		}
 	}
 	if *profileFlag == "cluster" && cfg.KubeconfigFile() == "" {
 		fmt.Fprintln(os.Stderr, "--profile=cluster needs --kubeconfig")
-		os.Exit(2)
+		os.Exit(results.ExitUsage)
+	}
+	var fleet local.Fleet
+	if *fleetFlag != "" {
+		if *profileFlag != "local" {
+			fmt.Fprintf(os.Stderr, "--fleet sizes the local testbed; --profile=%s has its own nodes\n", *profileFlag)
+			os.Exit(results.ExitUsage)
+		}
+		if fleet, err = local.ParseFleet(*fleetFlag); err != nil {
+			fmt.Fprintf(os.Stderr, "--fleet: %v\n", err)
+			os.Exit(results.ExitUsage)
+		}
 	}
 	if testing.Short() {
 		fmt.Println("conformance: skipped with -short (it brings up a cluster)")
@@ -81,91 +96,80 @@ func TestMain(m *testing.M) {
 	out, err := filepath.Abs(*outFlag)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		os.Exit(results.ExitUsage)
 	}
+	run.Environment = results.Environment{Profile: *profileFlag, Scale: *scaleFlag}
 	testenv = env.NewWithConfig(cfg)
 	testenv.Setup(func(ctx context.Context, c *envconf.Config) (context.Context, error) {
 		run.StartTime = time.Now()
 		var err error
 		cluster, err = profile.Setup(ctx, profile.Options{
-			Profile: *profileFlag, Kubeconfig: c.KubeconfigFile(), Scale: *scaleFlag, OutDir: filepath.Join(out, "logs"),
+			Profile: *profileFlag, Kubeconfig: c.KubeconfigFile(), Scale: *scaleFlag, Fleet: fleet, OutDir: filepath.Join(out, "logs"),
 			OperatorBinary: *operatorFlag, Keep: *keepFlag, Log: os.Stdout, TestbedName: *testbedFlag,
 		})
 		if err != nil {
-			return ctx, fmt.Errorf("profile %s: %w", *profileFlag, err)
+			setupErr = fmt.Errorf("profile %s: %w", *profileFlag, err)
+			return ctx, setupErr
 		}
 		c.WithClient(nil)
 		run.Environment = cluster.Describe(ctx, *scaleFlag)
 		return ctx, nil
 	})
-	testenv.AfterEachFeature(func(ctx context.Context, _ *envconf.Config, t *testing.T, f features.Feature) (context.Context, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		labels := map[string]string{}
-		for k, v := range f.Labels() {
-			labels[k] = strings.Join(v, ",")
-		}
-		run.Features = append(run.Features, results.Feature{
-			Name: f.Name(), Labels: labels, Passed: !t.Failed(), Skipped: t.Skipped(),
-			Messages: notes[f.Name()], Seconds: time.Since(featureStart(f.Name())).Seconds(),
-		})
-		return ctx, nil
-	})
-	testenv.BeforeEachFeature(func(ctx context.Context, _ *envconf.Config, _ *testing.T, f features.Feature) (context.Context, error) {
-		markFeatureStart(f.Name())
-		return ctx, nil
-	})
+	testenv.BeforeEachFeature(beforeFeature)
+	testenv.AfterEachFeature(afterFeature)
 	testenv.Finish(func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 		run.EndTime = time.Now()
-		if err := run.Write(out); err != nil {
-			return ctx, err
+		if cluster != nil {
+			teardownErr = cluster.Teardown(ctx)
 		}
-		fmt.Printf("\n%s\nresults: %s\n", run.Markdown(), out)
-		if *pushFlag != "" {
-			if err := results.Push(ctx, *pushFlag, run); err != nil {
-				return ctx, err
-			}
-		}
-		if cluster == nil {
-			return ctx, nil
-		}
-		return ctx, cluster.Teardown(ctx)
+		return ctx, teardownErr
 	})
-	os.Exit(testenv.Run(m))
+	code := testenv.Run(m)
+	os.Exit(report(code, out))
 }
 
-var (
-	startsMu sync.Mutex
-	starts   = map[string]time.Time{}
-)
-
-func markFeatureStart(name string) {
-	startsMu.Lock()
-	defer startsMu.Unlock()
-	starts[name] = time.Now()
-}
-
-func featureStart(name string) time.Time {
-	startsMu.Lock()
-	defer startsMu.Unlock()
-	return starts[name]
-}
-
-// failf records a failure message for the feature's results and fails t.
-func failf(t *testing.T, feature, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	mu.Lock()
-	notes[feature] = append(notes[feature], msg)
-	mu.Unlock()
-	t.Error(msg)
-}
-
-// fatalf is failf then stop the assessment.
-func fatalf(t *testing.T, feature, format string, args ...any) {
-	t.Helper()
-	failf(t, feature, format, args...)
-	t.FailNow()
+// report writes and prints the run's results, pushes them if asked, and
+// returns the exit code: the verdict's (0 passed, 1 failed, 3 partial),
+// or 1 when the results could not be written or pushed, the cluster not
+// torn down, or the tests failed outside every recorded assessment.
+func report(testsCode int, out string) int {
+	if run.StartTime.IsZero() {
+		run.StartTime = time.Now()
+	}
+	if run.EndTime.IsZero() {
+		run.EndTime = time.Now()
+	}
+	if setupErr != nil {
+		// A setup failure is a failure, named, not an empty run.
+		run.Features = append(run.Features, results.Feature{Name: "setup", Seconds: run.EndTime.Sub(run.StartTime).Seconds(),
+			Assessments: []results.Assessment{{Name: "setup", Requirement: results.RequirementNone, Status: results.StatusFailed,
+				Reason: setupErr.Error(), Messages: []string{setupErr.Error()}, Seconds: run.EndTime.Sub(run.StartTime).Seconds()}}})
+	}
+	run.Features = append(run.Features, recordedFeatures()...)
+	run.Finalize()
+	var errs []error
+	if err := run.Write(out); err != nil {
+		errs = append(errs, err)
+	}
+	fmt.Printf("\n%s\nresults: %s\n", run.Markdown(), out)
+	if *pushFlag != "" {
+		if err := results.Push(context.Background(), *pushFlag, run); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if teardownErr != nil {
+		errs = append(errs, fmt.Errorf("tearing down the %s profile: %w", *profileFlag, teardownErr))
+	}
+	if testsCode != 0 && run.Verdict != results.VerdictFailed {
+		errs = append(errs, fmt.Errorf("the tests exited %d outside every recorded assessment; see the log", testsCode))
+	}
+	code := results.ExitCode(run.Verdict)
+	for _, err := range errs {
+		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+		code = results.ExitFailed
+	}
+	fmt.Printf("conformance: %s (exit %d)\n", run.Verdict, code)
+	return code
 }
 
 // measured records measurements for the results.
@@ -201,9 +205,15 @@ func compareMain(args []string) int {
 		return 2
 	}
 	regressed := results.PrintComparison(os.Stdout, results.Compare(b, c, results.CompareOptions{MaxRegression: pct / 100, NoiseSeconds: *noiseS, NoiseCount: *noiseN}))
+	// A failed feature fails the comparison; a partial one is named (the
+	// nightly job decides, from each run's exit code, whether it may pass).
 	for _, f := range c.Features {
-		if !f.Passed && !f.Skipped {
-			fmt.Printf("feature %s failed: %s\n", f.Name, strings.Join(f.Messages, "; "))
+		switch results.FeatureStatus(f.Assessments) {
+		case results.StatusPassed:
+		case results.StatusPartial:
+			fmt.Printf("feature %s partial: %s\n", f.Name, strings.Join(f.Messages(), "; "))
+		default:
+			fmt.Printf("feature %s failed: %s\n", f.Name, strings.Join(f.Messages(), "; "))
 			regressed = true
 		}
 	}

@@ -23,7 +23,7 @@ var (
 
 // probeGPUs runs `nvidia-smi -L` on node in a pod holding all its GPUs and
 // compares the UUIDs with the node's GPUInventory.
-func probeGPUs(ctx context.Context, t *testing.T, feature, ns string, node corev1.Node, inv *gpulabv1alpha1.GPUInventory) {
+func probeGPUs(ctx context.Context, t *testing.T, ns string, node corev1.Node, inv *gpulabv1alpha1.GPUInventory) {
 	gpus := node.Status.Allocatable["nvidia.com/gpu"]
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe-" + node.Name},
@@ -39,7 +39,7 @@ func probeGPUs(ctx context.Context, t *testing.T, feature, ns string, node corev
 	}
 	c := cluster.Client
 	if err := c.Create(ctx, pod); err != nil {
-		failf(t, feature, "probe on %s: %v", node.Name, err)
+		failf(t, "probe on %s: %v", node.Name, err)
 		return
 	}
 	if err := waitFor(ctx, 5*time.Minute, func() (bool, string) {
@@ -48,30 +48,30 @@ func probeGPUs(ctx context.Context, t *testing.T, feature, ns string, node corev
 		}
 		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, string(pod.Status.Phase)
 	}); err != nil || pod.Status.Phase != corev1.PodSucceeded {
-		failf(t, feature, "probe on %s did not succeed: %v (phase %s)", node.Name, err, pod.Status.Phase)
+		failf(t, "probe on %s did not succeed: %v (phase %s)", node.Name, err, pod.Status.Phase)
 		return
 	}
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
-		fatalf(t, feature, "%v", err)
+		fatalf(t, "%v", err)
 	}
 	logs, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).Stream(ctx)
 	if err != nil {
-		failf(t, feature, "probe logs on %s: %v", node.Name, err)
+		failf(t, "probe logs on %s: %v", node.Name, err)
 		return
 	}
 	defer logs.Close()
 	seen, err := measure.ParseNvidiaSMIL(logs)
 	if err != nil {
-		failf(t, feature, "parsing nvidia-smi -L on %s: %v", node.Name, err)
+		failf(t, "parsing nvidia-smi -L on %s: %v", node.Name, err)
 		return
 	}
 	if len(seen) != len(inv.Status.GPUs) {
-		failf(t, feature, "node %s: nvidia-smi lists %d GPUs, the inventory %d", node.Name, len(seen), len(inv.Status.GPUs))
+		failf(t, "node %s: nvidia-smi lists %d GPUs, the inventory %d", node.Name, len(seen), len(inv.Status.GPUs))
 	}
 	for _, g := range inv.Status.GPUs {
 		if seen[int(g.Index)] != g.UUID {
-			failf(t, feature, "node %s GPU %d: nvidia-smi says %s, the inventory %s", node.Name, g.Index, seen[int(g.Index)], g.UUID)
+			failf(t, "node %s GPU %d: nvidia-smi says %s, the inventory %s", node.Name, g.Index, seen[int(g.Index)], g.UUID)
 		}
 	}
 }

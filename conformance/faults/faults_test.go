@@ -115,9 +115,12 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 			}
 			found := false
 			for _, f := range r.Features {
-				for _, m := range f.Messages {
+				for _, m := range f.Messages() {
 					found = found || strings.Contains(m, tc.want)
 				}
+			}
+			if r.Verdict != results.VerdictFailed || exitCode(err) != results.ExitFailed {
+				t.Errorf("verdict %s, exit %d; want FAILED, exit 1", r.Verdict, exitCode(err))
 			}
 			if !found {
 				t.Errorf("the suite failed, but no message names the fault (%q):\n%s\nsuite output:\n%s", tc.want, r.Markdown(), tail(log))
@@ -139,7 +142,79 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 		if len(r.Features) != 2 {
 			t.Fatalf("%d features ran, want controller and gang:\n%s", len(r.Features), r.Markdown())
 		}
+		// Only what --assess asked for is reported, and it all passed.
+		for _, f := range r.Features {
+			if len(f.Assessments) != 1 || f.Assessments[0].Status != results.StatusPassed {
+				t.Errorf("feature %s: %+v, want the one assessment asked for, passed", f.Name, f.Assessments)
+			}
+		}
+		if r.Verdict != results.VerdictPassed {
+			t.Errorf("verdict %s, want PASSED:\n%s", r.Verdict, r.Markdown())
+		}
 	})
+}
+
+// TestPartialRun: on a fleet of one 8-GPU node, every gang assessment asked
+// for cannot run. The run must say so: each assessment skipped with its
+// reason, the feature and KAR-0053 partial, the verdict PARTIAL, exit 3.
+func TestPartialRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
+	}
+	build(t)
+	out := t.TempDir()
+	log, err := runSuite("", out, "--fleet=dgx-h100=1", "--feature=^gang$", "--testbed-name=gpulab-partial")
+	if code := exitCode(err); code != results.ExitPartial {
+		t.Fatalf("exit %d (%v), want %d (partial):\n%s", code, err, results.ExitPartial, tail(log))
+	}
+	r, err := results.Read(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != results.VerdictPartial || len(r.Features) != 1 || r.Features[0].Name != "gang" || r.Features[0].Status != results.StatusPartial {
+		t.Fatalf("verdict %s, features %+v; want PARTIAL, gang partial:\n%s", r.Verdict, r.Features, r.Markdown())
+	}
+	if n := len(r.Features[0].Assessments); n != 4 {
+		t.Errorf("%d gang assessments reported, want 4", n)
+	}
+	for _, a := range r.Features[0].Assessments {
+		if a.Status != results.StatusSkipped || a.Reason != "needs at least 2 free 8-GPU nodes, found 1" || a.Requirement != results.RequirementGangScheduling {
+			t.Errorf("assessment %+v, want skipped for capacity, evidencing gang_scheduling", a)
+		}
+	}
+	for _, e := range r.Evidence {
+		want := results.StatusNotTested
+		if e.Requirement == results.RequirementGangScheduling {
+			want = results.StatusPartial
+		}
+		if e.Status != want {
+			t.Errorf("%s evidence %s, want %s", e.Requirement, e.Status, want)
+		}
+	}
+	junit, err := os.ReadFile(filepath.Join(out, "junit.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(junit), `<skipped message="needs at least 2 free 8-GPU nodes, found 1">`); n != 4 {
+		t.Errorf("junit.xml has %d skipped cases with the reason, want 4:\n%s", n, junit)
+	}
+	if !strings.Contains(string(log), "# gpulab conformance: PARTIAL") || !strings.Contains(string(log), "conformance: PARTIAL (exit 3)") {
+		t.Errorf("the printed summary lacks the verdict:\n%s", tail(log))
+	}
+}
+
+// exitCode is a finished command's exit status (0 when it succeeded, -1
+// when it did not run or was killed).
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	default:
+		return -1
+	}
 }
 
 // TestSuiteRejectsBadFlags: a window or timeout that is not positive, and a
@@ -169,17 +244,62 @@ current-context: c
 	for _, tc := range []struct {
 		args []string
 		want string
+		// setup: the flags parse, the profile's setup fails: a FAILED
+		// report naming the error (exit 1); otherwise bad usage (exit 2).
+		setup bool
 	}{
-		{[]string{"--wait-window=0"}, "--wait-window must be positive, got 0s"},
-		{[]string{"--ready-timeout=-1s"}, "--ready-timeout must be positive, got -1s"},
-		{[]string{"--profile=cluster", "--kubeconfig=" + filepath.Join(t.TempDir(), "missing")}, "reading --kubeconfig"},
-		{[]string{"--profile=cluster", "--kubeconfig=" + unreachable}, "cannot talk to the API server at " + closed},
+		{[]string{"--wait-window=0"}, "--wait-window must be positive, got 0s", false},
+		{[]string{"--ready-timeout=-1s"}, "--ready-timeout must be positive, got -1s", false},
+		{[]string{"--fleet=dgx-h100=1", "--profile=cluster", "--kubeconfig=" + unreachable}, "--fleet sizes the local testbed", false},
+		{[]string{"--fleet=dgx-z9=1"}, "--fleet:", false},
+		{[]string{"--profile=cluster", "--kubeconfig=" + filepath.Join(t.TempDir(), "missing")}, "reading --kubeconfig", true},
+		{[]string{"--profile=cluster", "--kubeconfig=" + unreachable}, "cannot talk to the API server at " + closed, true},
 	} {
-		cmd := exec.Command(suite, append(tc.args, "--out="+t.TempDir())...)
+		dir := t.TempDir()
+		cmd := exec.Command(suite, append(tc.args, "--out="+dir)...)
 		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "lacks") {
-			t.Errorf("suite %v: %v, want a failure saying %q:\n%s", tc.args, err, tc.want, tail(out))
+		want := results.ExitUsage
+		if tc.setup {
+			want = results.ExitFailed
+		}
+		if code := exitCode(err); code != want || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "lacks") {
+			t.Errorf("suite %v: exit %d (%v), want %d saying %q:\n%s", tc.args, code, err, want, tc.want, tail(out))
+			continue
+		}
+		if !tc.setup {
+			continue
+		}
+		r, err := results.Read(filepath.Join(dir, "results.json"))
+		if err != nil {
+			t.Errorf("suite %v: a setup failure wrote no results: %v", tc.args, err)
+			continue
+		}
+		if r.Verdict != results.VerdictFailed || len(r.Features) != 1 || r.Features[0].Name != "setup" ||
+			r.Features[0].Status != results.StatusFailed || !strings.Contains(r.Features[0].Assessments[0].Reason, tc.want) {
+			t.Errorf("suite %v: results %+v, want FAILED with a failed setup saying %q", tc.args, r.Features, tc.want)
+		}
+		if !strings.Contains(string(out), "# gpulab conformance: FAILED") {
+			t.Errorf("suite %v: the printed summary lacks the verdict:\n%s", tc.args, tail(out))
+		}
+	}
+	// Results that cannot be written or pushed are errors on stderr.
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--out=" + filepath.Join(notADir, "out")}, "conformance: writing results: "},
+		{[]string{"--out=" + t.TempDir(), "--pushgateway-url=" + closed}, "conformance: pushing results to " + closed},
+	} {
+		cmd := exec.Command(suite, append([]string{"--profile=cluster", "--kubeconfig=" + unreachable}, tc.args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if code := exitCode(err); code != results.ExitFailed || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("suite %v: exit %d, want 1 with %q on stderr:\n%s", tc.args, code, tc.want, tail([]byte(stderr.String())))
 		}
 	}
 }

@@ -39,6 +39,8 @@ type Options struct {
 	// Scale sizes the local fleet: Scale+Scale/4+3 dgx-h100 nodes, enough for
 	// Scale latency clusters of 8 GPUs with room to spare.
 	Scale int
+	// Fleet is the local testbed's fake GPU nodes. Default: sized from Scale.
+	Fleet local.Fleet
 	// OutDir receives operator logs.
 	OutDir string
 	// OperatorBinary is the gpulab-operator to run locally. Built from the
@@ -97,10 +99,13 @@ func setupLocal(ctx context.Context, opts Options) (*Environment, error) {
 }
 
 func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
-	scale := max(opts.Scale, 1)
-	fleet, err := local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3))
-	if err != nil {
-		return nil, err
+	fleet := opts.Fleet
+	if fleet == nil {
+		scale := max(opts.Scale, 1)
+		var err error
+		if fleet, err = local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3)); err != nil {
+			return nil, err
+		}
 	}
 	if opts.TestbedName == "" {
 		opts.TestbedName = "gpulab-conformance"

@@ -77,31 +77,35 @@ func PrintComparison(w io.Writer, rows []Row) (regressed bool) {
 }
 
 // Median merges repeated runs into one: each measurement's percentiles are
-// the median over the runs that have it, and a feature passes only if it
-// passed in every run. Nightly jobs compare this against the baseline, so
-// one noisy run neither hides nor fakes a regression.
+// the median over the runs that have it, and each assessment keeps its
+// worst outcome over the runs (failed over skipped over passed), so a
+// feature passes only if it passed in every run. Nightly jobs compare this
+// against the baseline, so one noisy run neither hides nor fakes a
+// regression.
 func Median(runs []*Results) *Results {
 	if len(runs) == 0 {
 		return nil
 	}
 	out := *runs[0]
-	out.Features, out.Measurements = nil, nil
+	out.Features, out.Measurements, out.Evidence = nil, nil, nil
 	out.EndTime = runs[len(runs)-1].EndTime
-	verdicts := map[string]*Feature{}
+	features := map[string]*Feature{}
 	var order []string
 	byKey := map[string][]Measurement{}
 	var keys []string
 	for _, r := range runs {
 		for _, f := range r.Features {
-			v, ok := verdicts[f.Name]
+			merged, ok := features[f.Name]
 			if !ok {
 				copied := f
-				verdicts[f.Name] = &copied
+				copied.Assessments = nil
+				merged = &copied
+				features[f.Name] = merged
 				order = append(order, f.Name)
-				continue
 			}
-			v.Passed = v.Passed && f.Passed
-			v.Messages = append(v.Messages, f.Messages...)
+			for _, a := range f.Assessments {
+				mergeAssessment(merged, a)
+			}
 		}
 		for _, m := range r.Measurements {
 			if _, seen := byKey[m.Key()]; !seen {
@@ -111,7 +115,7 @@ func Median(runs []*Results) *Results {
 		}
 	}
 	for _, name := range order {
-		out.Features = append(out.Features, *verdicts[name])
+		out.Features = append(out.Features, *features[name])
 	}
 	for _, k := range keys {
 		ms := byKey[k]
@@ -130,5 +134,35 @@ func Median(runs []*Results) *Results {
 		m.Max = med(func(m Measurement) float64 { return m.Max })
 		out.Measurements = append(out.Measurements, m)
 	}
+	out.Finalize()
 	return &out
+}
+
+// mergeAssessment adds one run's outcome of an assessment to f: the worst
+// outcome wins, with its reason, and every run's failures are kept.
+func mergeAssessment(f *Feature, a Assessment) {
+	for i := range f.Assessments {
+		m := &f.Assessments[i]
+		if m.Name != a.Name {
+			continue
+		}
+		if rank(a.Status) > rank(m.Status) {
+			m.Status, m.Reason = a.Status, a.Reason
+		}
+		m.Messages = append(m.Messages, a.Messages...)
+		return
+	}
+	a.Messages = append([]string(nil), a.Messages...)
+	f.Assessments = append(f.Assessments, a)
+}
+
+func rank(s Status) int {
+	switch s {
+	case StatusPassed:
+		return 0
+	case StatusSkipped:
+		return 1
+	default:
+		return 2
+	}
 }

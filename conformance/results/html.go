@@ -13,17 +13,25 @@ func (r *Results) HTML() ([]byte, error) {
 	var b strings.Builder
 	err := htmlPage.Execute(&b, struct {
 		*Results
-		Verdict string
-		Charts  []template.HTML
-	}{r, verdict(r), append(charts(r), timelines(r)...)})
+		Verdict  Verdict
+		Evidence []Evidence
+		Charts   []template.HTML
+	}{r, RunVerdict(r.Features), KAREvidence(r.Features), append(charts(r), timelines(r)...)})
 	return []byte(b.String()), err
 }
 
-func verdict(r *Results) string {
-	if r.Passed() {
-		return "PASSED"
+// statusClass colours a status cell.
+func statusClass(s Status) string {
+	switch s {
+	case StatusPassed:
+		return "pass"
+	case StatusFailed:
+		return "fail"
+	case StatusNotTested:
+		return "none"
+	default:
+		return "partial"
 	}
-	return "FAILED"
 }
 
 // charts draws one horizontal bar chart per unit, a row per measurement.
@@ -71,16 +79,22 @@ func charts(r *Results) []template.HTML {
 	return out
 }
 
-var htmlPage = template.Must(template.New("report").Parse(`<!doctype html>
+var htmlPage = template.Must(template.New("report").Funcs(template.FuncMap{"class": statusClass, "featureStatus": FeatureStatus}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpulab conformance: {{.Verdict}}</title>
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.fail{color:#c00;font-weight:bold}</style>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.fail{color:#c00;font-weight:bold}.partial{color:#b60;font-weight:bold}.pass{color:#080}.none{color:#777}</style>
 </head><body>
-<h1>gpulab conformance: {{.Verdict}}</h1>
+<h1>gpulab conformance: <span class="{{if eq .Verdict "PASSED"}}pass{{else if eq .Verdict "PARTIAL"}}partial{{else}}fail{{end}}">{{.Verdict}}</span></h1>
 <p>profile <b>{{.Environment.Profile}}</b>, Kubernetes {{.Environment.KubernetesVersion}}, Volcano {{.Environment.VolcanoVersion}},
 {{.Environment.Nodes}} nodes, scale {{.Environment.Scale}}, {{.StartTime.Format "2006-01-02 15:04:05 MST"}}</p>
 <h2>Features</h2>
-<table><tr><th>feature</th><th>result</th><th>seconds</th><th>notes</th></tr>
-{{range .Features}}<tr><td>{{.Name}}</td><td>{{if .Skipped}}skip{{else if .Passed}}pass{{else}}<span class="fail">FAIL</span>{{end}}</td><td>{{printf "%.1f" .Seconds}}</td><td>{{range .Messages}}{{.}}<br>{{end}}</td></tr>
+{{if not .Features}}<p class="fail">No assessment ran: nothing was tested.</p>{{end}}
+<table><tr><th>feature</th><th>assessment</th><th>requirement</th><th>result</th><th>seconds</th><th>reason</th></tr>
+{{range .Features}}{{$s := featureStatus .Assessments}}<tr><td><b>{{.Name}}</b></td><td></td><td></td><td class="{{class $s}}">{{$s}}</td><td>{{printf "%.1f" .Seconds}}</td><td></td></tr>
+{{range .Assessments}}<tr><td></td><td>{{.Name}}</td><td>{{.Requirement}}</td><td class="{{class .Status}}">{{.Status}}</td><td>{{printf "%.1f" .Seconds}}</td><td>{{if .Messages}}{{range .Messages}}{{.}}<br>{{end}}{{else}}{{.Reason}}{{end}}</td></tr>
+{{end}}{{end}}</table>
+<h2>KAR evidence</h2>
+<table><tr><th>requirement</th><th>KAR</th><th>verdict</th><th>assessments</th></tr>
+{{range .Evidence}}<tr><td>{{.Requirement}}</td><td>{{or .KAR "-"}}</td><td class="{{class .Status}}">{{.Status}}</td><td>{{range .Assessments}}{{.}}<br>{{end}}</td></tr>
 {{end}}</table>
 <h2>Measurements</h2>
 {{range .Charts}}<div>{{.}}</div>{{end}}

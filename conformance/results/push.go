@@ -14,27 +14,43 @@ const PushJob = "gpulab_conformance"
 // Push sends a run's verdicts and measurements to a Prometheus Pushgateway,
 // grouped by profile, replacing that profile's previous run:
 //
-//	gpulab_conformance_feature_passed{feature}            1 or 0
+//	gpulab_conformance_verdict{verdict}                   1 for the run's verdict (PASSED, PARTIAL, FAILED), 0 for the others
+//	gpulab_conformance_feature_passed{feature}            1 if every assessment passed, else 0
+//	gpulab_conformance_feature_status{feature,status}     1 for its status (passed, partial, failed), 0 for the others
+//	gpulab_conformance_requirement_status{requirement,kar,status}  1 for its evidence status (passed, partial, failed, not_tested)
 //	gpulab_conformance_feature_duration_seconds{feature}
 //	gpulab_conformance_measurement{feature,name,unit,quantile}  (quantile 0.5, 0.9, 0.99, 1)
 //	gpulab_conformance_measurement_samples{feature,name,unit}
-//	gpulab_conformance_passed                             1 when every feature passed
+//	gpulab_conformance_passed                             1 when the verdict is PASSED
 //	gpulab_conformance_last_run_timestamp_seconds
 func Push(ctx context.Context, url string, r *Results) error {
 	reg := prometheus.NewRegistry()
-	passed := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_passed", Help: "1 if the feature passed in the last run."}, []string{"feature"})
+	verdict := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_verdict", Help: "1 for the last run's verdict, 0 for the other verdicts."}, []string{"verdict"})
+	featureStatus := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_status", Help: "1 for the feature's status in the last run, 0 for the other statuses."}, []string{"feature", "status"})
+	requirement := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_requirement_status", Help: "1 for the AI-conformance requirement's evidence status in the last run, 0 for the others."}, []string{"requirement", "kar", "status"})
+	passed := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_passed", Help: "1 if every assessment of the feature passed in the last run."}, []string{"feature"})
 	duration := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_duration_seconds", Help: "How long the feature ran."}, []string{"feature"})
 	value := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_measurement", Help: "A measurement's quantiles (1 = max)."}, []string{"feature", "name", "unit", "quantile"})
 	samples := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_measurement_samples", Help: "Samples behind a measurement."}, []string{"feature", "name", "unit"})
-	overall := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_passed", Help: "1 if every feature passed."})
+	overall := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_passed", Help: "1 if the last run's verdict is PASSED."})
 	when := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_last_run_timestamp_seconds", Help: "End of the last run."})
-	reg.MustRegister(passed, duration, value, samples, overall, when)
+	reg.MustRegister(verdict, featureStatus, requirement, passed, duration, value, samples, overall, when)
+	run := RunVerdict(r.Features)
+	for _, v := range Verdicts {
+		verdict.WithLabelValues(string(v)).Set(boolValue(v == run))
+	}
 	for _, f := range r.Features {
-		if f.Skipped {
-			continue
+		status := FeatureStatus(f.Assessments)
+		for _, s := range []Status{StatusPassed, StatusPartial, StatusFailed} {
+			featureStatus.WithLabelValues(f.Name, string(s)).Set(boolValue(s == status))
 		}
-		passed.WithLabelValues(f.Name).Set(boolValue(f.Passed))
+		passed.WithLabelValues(f.Name).Set(boolValue(status == StatusPassed))
 		duration.WithLabelValues(f.Name).Set(f.Seconds)
+	}
+	for _, ev := range KAREvidence(r.Features) {
+		for _, s := range []Status{StatusPassed, StatusPartial, StatusFailed, StatusNotTested} {
+			requirement.WithLabelValues(string(ev.Requirement), ev.KAR, string(s)).Set(boolValue(s == ev.Status))
+		}
 	}
 	for _, m := range r.Measurements {
 		for q, v := range map[string]float64{"0.5": m.P50, "0.9": m.P90, "0.99": m.P99, "1": m.Max} {
@@ -42,7 +58,7 @@ func Push(ctx context.Context, url string, r *Results) error {
 		}
 		samples.WithLabelValues(m.Feature, m.Name, m.Unit).Set(float64(m.Samples))
 	}
-	overall.Set(boolValue(r.Passed()))
+	overall.Set(boolValue(run == VerdictPassed))
 	when.Set(float64(r.EndTime.Unix()))
 	if err := push.New(url, PushJob).Gatherer(reg).Grouping("profile", r.Environment.Profile).PushContext(ctx); err != nil {
 		return fmt.Errorf("pushing results to %s: %w", url, err)

@@ -22,7 +22,7 @@ type junitCase struct {
 	Class   string        `xml:"classname,attr"`
 	Time    float64       `xml:"time,attr"`
 	Failure *junitFailure `xml:"failure,omitempty"`
-	Skipped *struct{}     `xml:"skipped,omitempty"`
+	Skipped *junitSkipped `xml:"skipped,omitempty"`
 }
 
 type junitFailure struct {
@@ -30,26 +30,34 @@ type junitFailure struct {
 	Text    string `xml:",chardata"`
 }
 
-// JUnit renders the features as a JUnit test suite for CI systems.
+type junitSkipped struct {
+	Message string `xml:"message,attr"`
+}
+
+// JUnit renders a test case per assessment, its feature as the class, with
+// the skip reason or the failures.
 func (r *Results) JUnit() ([]byte, error) {
 	s := junitSuite{Name: "gpulab-conformance/" + r.Environment.Profile}
 	for _, f := range r.Features {
-		c := junitCase{Name: f.Name, Class: "gpulab.conformance", Time: f.Seconds}
-		switch {
-		case f.Skipped:
-			c.Skipped = &struct{}{}
-			s.Skipped++
-		case !f.Passed:
-			msg := "failed"
-			if len(f.Messages) > 0 {
-				msg = f.Messages[0]
+		for _, a := range f.Assessments {
+			c := junitCase{Name: a.Name, Class: f.Name, Time: a.Seconds}
+			switch a.Status {
+			case StatusPassed:
+			case StatusSkipped:
+				c.Skipped = &junitSkipped{Message: a.Reason}
+				s.Skipped++
+			default:
+				text := strings.Join(a.Messages, "\n")
+				if text == "" {
+					text = a.Reason
+				}
+				c.Failure = &junitFailure{Message: a.Reason, Text: text}
+				s.Failures++
 			}
-			c.Failure = &junitFailure{Message: msg, Text: strings.Join(f.Messages, "\n")}
-			s.Failures++
+			s.Tests++
+			s.Time += a.Seconds
+			s.Cases = append(s.Cases, c)
 		}
-		s.Tests++
-		s.Time += f.Seconds
-		s.Cases = append(s.Cases, c)
 	}
 	out, err := xml.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -58,27 +66,31 @@ func (r *Results) JUnit() ([]byte, error) {
 	return append([]byte(xml.Header), append(out, '\n')...), nil
 }
 
-// Markdown renders a report for terminals and CI summaries.
+// Markdown renders a report for terminals and CI summaries: the verdict,
+// each feature and assessment, the KAR evidence, the measurements.
 func (r *Results) Markdown() string {
 	var b strings.Builder
-	verdict := "PASSED"
-	if !r.Passed() {
-		verdict = "FAILED"
-	}
-	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", verdict)
+	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", RunVerdict(r.Features))
 	e := r.Environment
 	fmt.Fprintf(&b, "profile `%s`, Kubernetes %s, Volcano %s, %d nodes, GPUs %s, scale %d, %s\n\n",
-		e.Profile, e.KubernetesVersion, orDash(e.VolcanoVersion), e.Nodes, gpus(e.GPUsByProduct), e.Scale, r.EndTime.Sub(r.StartTime).Round(1e9))
-	b.WriteString("| feature | result | seconds | notes |\n|---|---|---|---|\n")
+		e.Profile, orDash(e.KubernetesVersion), orDash(e.VolcanoVersion), e.Nodes, gpus(e.GPUsByProduct), e.Scale, r.EndTime.Sub(r.StartTime).Round(1e9))
+	if len(r.Features) == 0 {
+		b.WriteString("No assessment ran: nothing was tested.\n\n")
+	}
+	b.WriteString("| feature | assessment | requirement | result | seconds | reason |\n|---|---|---|---|---|---|\n")
 	for _, f := range r.Features {
-		res := "pass"
-		switch {
-		case f.Skipped:
-			res = "skip"
-		case !f.Passed:
-			res = "**FAIL**"
+		fmt.Fprintf(&b, "| **%s** | | | %s | %.1f | |\n", cell(f.Name), result(FeatureStatus(f.Assessments)), f.Seconds)
+		for _, a := range f.Assessments {
+			reason := a.Reason
+			if len(a.Messages) > 1 {
+				reason = strings.Join(a.Messages, "; ")
+			}
+			fmt.Fprintf(&b, "| | %s | %s | %s | %.1f | %s |\n", cell(a.Name), a.Requirement, result(a.Status), a.Seconds, cell(reason))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.1f | %s |\n", f.Name, res, f.Seconds, strings.ReplaceAll(strings.Join(f.Messages, "; "), "|", "/"))
+	}
+	b.WriteString("\n## KAR evidence\n\n| requirement | KAR | verdict | assessments |\n|---|---|---|---|\n")
+	for _, ev := range KAREvidence(r.Features) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ev.Requirement, orDash(ev.KAR), result(ev.Status), cell(strings.Join(ev.Assessments, "; ")))
 	}
 	if len(r.Measurements) > 0 {
 		b.WriteString("\n| measurement | unit | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n")
@@ -87,6 +99,23 @@ func (r *Results) Markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// result is a status as a report cell: what did not pass stands out.
+func result(s Status) string {
+	switch s {
+	case StatusPassed, StatusNotTested:
+		return s.String()
+	case StatusFailed:
+		return "**FAILED**"
+	default:
+		return "*" + s.String() + "*"
+	}
+}
+
+// cell keeps text on one Markdown table row.
+func cell(s string) string {
+	return strings.NewReplacer("|", "/", "\n", " ").Replace(s)
 }
 
 func num(v float64) string {

@@ -13,17 +13,24 @@ import (
 	"time"
 )
 
-// SchemaVersion identifies the results.json format.
-const SchemaVersion = "conformance.gpulab.io/v1"
+// SchemaVersion identifies the results.json format. v2 records every
+// assessment with its status, reason and requirement; Read still accepts v1.
+const SchemaVersion = "conformance.gpulab.io/v2"
+
+// SchemaVersionV1 is the format before per-assessment verdicts.
+const SchemaVersionV1 = "conformance.gpulab.io/v1"
 
 // Results is one run of the suite.
 type Results struct {
-	SchemaVersion string        `json:"schemaVersion"`
-	StartTime     time.Time     `json:"startTime"`
-	EndTime       time.Time     `json:"endTime"`
-	Environment   Environment   `json:"environment"`
-	Features      []Feature     `json:"features"`
-	Measurements  []Measurement `json:"measurements"`
+	SchemaVersion string `json:"schemaVersion"`
+	// Verdict and Evidence are derived from Features by Finalize.
+	Verdict      Verdict       `json:"verdict"`
+	StartTime    time.Time     `json:"startTime"`
+	EndTime      time.Time     `json:"endTime"`
+	Environment  Environment   `json:"environment"`
+	Features     []Feature     `json:"features"`
+	Evidence     []Evidence    `json:"evidence"`
+	Measurements []Measurement `json:"measurements"`
 	// Timelines are per-cluster milestones of runs worth drawing (latency),
 	// in seconds since the cluster's create; a missing milestone is -1.
 	Timelines []Timeline `json:"timelines,omitempty"`
@@ -54,14 +61,47 @@ type Environment struct {
 	Scale             int            `json:"scale"`
 }
 
-// Feature is one feature's verdict.
+// Feature is one feature's assessments and the status they add up to
+// (FeatureStatus; passed, partial or failed).
 type Feature struct {
-	Name     string            `json:"name"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Passed   bool              `json:"passed"`
-	Skipped  bool              `json:"skipped,omitempty"`
-	Messages []string          `json:"messages,omitempty"`
-	Seconds  float64           `json:"seconds"`
+	Name        string            `json:"name"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Status      Status            `json:"status"`
+	Seconds     float64           `json:"seconds"`
+	Assessments []Assessment      `json:"assessments"`
+}
+
+// Assessment is one assessment's own outcome.
+type Assessment struct {
+	Name string `json:"name"`
+	// Requirement is the AI-conformance item it evidences (RequirementNone
+	// for gpulab's own checks).
+	Requirement Requirement `json:"requirement"`
+	// Status is passed, failed or skipped.
+	Status Status `json:"status"`
+	// Reason says why it was skipped, or its first failure.
+	Reason string `json:"reason,omitempty"`
+	// Messages are every failure, in order.
+	Messages []string `json:"messages,omitempty"`
+	Seconds  float64  `json:"seconds"`
+}
+
+// Messages are the reasons of the feature's assessments that did not pass,
+// each as "assessment: reason".
+func (f Feature) Messages() []string {
+	var out []string
+	for _, a := range f.Assessments {
+		switch {
+		case a.Status == StatusPassed:
+		case len(a.Messages) > 0:
+			for _, m := range a.Messages {
+				out = append(out, a.Name+": "+m)
+			}
+		default:
+			out = append(out, a.Name+": "+a.Reason)
+		}
+	}
+	return out
 }
 
 // Measurement is one measured quantity: a distribution (P50..Max over
@@ -111,61 +151,99 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[rank-1]
 }
 
-// Passed says whether every feature that ran passed, and one did: a run
-// whose setup failed, or that matched nothing, tested nothing.
-func (r *Results) Passed() bool {
-	if len(r.Features) == 0 {
-		return false
-	}
-	for _, f := range r.Features {
-		if !f.Passed && !f.Skipped {
-			return false
-		}
-	}
-	return true
-}
-
-// Write writes results.json, junit.xml, report.md and report.html into dir.
+// Write finalizes the results and writes results.json, junit.xml,
+// report.md and report.html into dir.
 func (r *Results) Write(dir string) error {
+	r.Finalize()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return fmt.Errorf("writing results: %w", err)
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(data, '\n'), 0o644); err != nil {
-		return err
+		return fmt.Errorf("encoding results.json: %w", err)
 	}
 	junit, err := r.JUnit()
 	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "junit.xml"), junit, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644); err != nil {
-		return err
+		return fmt.Errorf("rendering junit.xml: %w", err)
 	}
 	page, err := r.HTML()
 	if err != nil {
-		return err
+		return fmt.Errorf("rendering report.html: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, "report.html"), page, 0o644)
+	for name, content := range map[string][]byte{
+		"results.json": append(data, '\n'), "junit.xml": junit, "report.md": []byte(r.Markdown()), "report.html": page,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+			return fmt.Errorf("writing results: %w", err)
+		}
+	}
+	return nil
 }
 
-// Read loads a results.json, refusing other schema versions.
+// Read loads a results.json of this schema or of v1 (converted: each v1
+// feature becomes one assessment, RequirementNone, with its verdict and
+// messages), and finalizes it.
 func Read(path string) (*Results, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var r Results
-	if err := json.Unmarshal(data, &r); err != nil {
+	var head struct {
+		SchemaVersion string `json:"schemaVersion"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if r.SchemaVersion != SchemaVersion {
-		return nil, fmt.Errorf("%s: schema %q, want %q", path, r.SchemaVersion, SchemaVersion)
+	var r Results
+	switch head.SchemaVersion {
+	case SchemaVersion:
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	case SchemaVersionV1:
+		if err := readV1(data, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	default:
+		return nil, fmt.Errorf("%s: schema %q, want %q (or %q)", path, head.SchemaVersion, SchemaVersion, SchemaVersionV1)
 	}
+	r.Finalize()
 	return &r, nil
+}
+
+// V1Assessment names the one assessment a v1 feature becomes.
+const V1Assessment = "all assessments (results v1)"
+
+func readV1(data []byte, r *Results) error {
+	var v1 struct {
+		Results
+		Features []struct {
+			Name     string            `json:"name"`
+			Labels   map[string]string `json:"labels,omitempty"`
+			Passed   bool              `json:"passed"`
+			Skipped  bool              `json:"skipped,omitempty"`
+			Messages []string          `json:"messages,omitempty"`
+			Seconds  float64           `json:"seconds"`
+		} `json:"features"`
+	}
+	if err := json.Unmarshal(data, &v1); err != nil {
+		return err
+	}
+	*r = v1.Results
+	r.SchemaVersion = SchemaVersion
+	r.Features = nil
+	for _, f := range v1.Features {
+		a := Assessment{Name: V1Assessment, Requirement: RequirementNone, Status: StatusPassed, Seconds: f.Seconds}
+		switch {
+		case !f.Passed:
+			a.Status, a.Messages, a.Reason = StatusFailed, f.Messages, "failed (results v1)"
+			if len(f.Messages) > 0 {
+				a.Reason = f.Messages[0]
+			}
+		case f.Skipped:
+			a.Status, a.Reason = StatusSkipped, "skipped (results v1)"
+		}
+		r.Features = append(r.Features, Feature{Name: f.Name, Labels: f.Labels, Seconds: f.Seconds, Assessments: []Assessment{a}})
+	}
+	return nil
 }

@@ -4,15 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
 
 func TestPercentile(t *testing.T) {
@@ -41,8 +47,9 @@ func TestRoundTripAndReports(t *testing.T) {
 		EndTime:       time.Date(2026, 11, 29, 1, 5, 0, 0, time.UTC),
 		Environment:   Environment{Profile: "local", KubernetesVersion: "v1.37.2", Nodes: 4, GPUsByProduct: map[string]int{"NVIDIA-H100-80GB-HBM3": 32}, Scale: 10},
 		Features: []Feature{
-			{Name: "gang", Passed: true, Seconds: 12},
-			{Name: "controller", Passed: false, Messages: []string{"duplicate pod c-workers-1"}, Seconds: 30},
+			{Name: "gang", Seconds: 12, Assessments: []Assessment{{Name: "fits", Requirement: RequirementGangScheduling, Status: StatusPassed, Seconds: 12}}},
+			{Name: "controller", Seconds: 30, Assessments: []Assessment{{Name: "valid", Requirement: RequirementRobustController, Status: StatusFailed,
+				Reason: "duplicate pod c-workers-1", Messages: []string{"duplicate pod c-workers-1"}, Seconds: 30}}},
 		},
 		Measurements: []Measurement{Distribution("latency", "create_to_ready", "seconds", []float64{1, 2, 3})},
 		Timelines:    []Timeline{{Feature: "latency", Cluster: "c0", Start: 0.1, PodGroup: 0.2, PodsCreated: 0.3, AllBound: 1.5, PodsReady: 2, StatusReady: 2.4}},
@@ -73,6 +80,9 @@ func TestRoundTripAndReports(t *testing.T) {
 	if err != nil || !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "latency/create_to_ready") || !strings.Contains(string(page), "duplicate pod c-workers-1") ||
 		!strings.Contains(string(page), "latency: per-cluster timeline (1 clusters") {
 		t.Errorf("report.html lacks the chart or the failure (%v)", err)
+	}
+	if r.Verdict != VerdictFailed || r.Features[1].Status != StatusFailed {
+		t.Errorf("Write did not finalize: verdict %q, controller %q", r.Verdict, r.Features[1].Status)
 	}
 	if md := r.Markdown(); !strings.Contains(md, "FAILED") || !strings.Contains(md, "| latency/create_to_ready | seconds | 3 | 2 | 3 | 3 | 3 |") {
 		t.Errorf("markdown:\n%s", md)
@@ -114,36 +124,95 @@ func TestCompare(t *testing.T) {
 }
 
 func TestPushSendsEverySeries(t *testing.T) {
-	var body string
+	var body, contentType string
+	var raw []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b, _ := io.ReadAll(req.Body)
-		body = req.Method + " " + req.URL.Path + "\n" + string(b)
+		raw, _ = io.ReadAll(req.Body)
+		body, contentType = req.Method+" "+req.URL.Path+"\n"+string(raw), req.Header.Get("Content-Type")
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
 	r := &Results{EndTime: time.Unix(1800000000, 0), Environment: Environment{Profile: "local"},
-		Features:     []Feature{{Name: "gang", Passed: true, Seconds: 3}, {Name: "latency", Passed: false}},
+		Features: []Feature{{Name: "gang", Seconds: 3, Assessments: []Assessment{{Name: "a", Requirement: RequirementGangScheduling, Status: StatusPassed}}},
+			{Name: "latency", Assessments: []Assessment{{Name: "b", Requirement: RequirementNone, Status: StatusSkipped, Reason: "no room"}}}},
 		Measurements: []Measurement{Distribution("latency", "create_to_status_ready", "seconds", []float64{1, 2})}}
 	if err := Push(context.Background(), srv.URL, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"PUT /metrics/job/gpulab_conformance/profile/local", "gpulab_conformance_feature_passed", "gpulab_conformance_measurement", "create_to_status_ready", "gpulab_conformance_passed"} {
+	for _, want := range []string{"PUT /metrics/job/gpulab_conformance/profile/local", "gpulab_conformance_feature_passed", "gpulab_conformance_measurement", "create_to_status_ready", "gpulab_conformance_passed",
+		"gpulab_conformance_feature_duration_seconds", "gpulab_conformance_measurement_samples", "gpulab_conformance_last_run_timestamp_seconds"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("push lacks %q", want)
+		}
+	}
+	// The verdict is a labelled gauge: 1 for the run's, 0 for the others.
+	series := decodePush(t, contentType, raw)
+	for want, v := range map[string]float64{
+		`gpulab_conformance_verdict{verdict="PARTIAL"}`:                                                               1,
+		`gpulab_conformance_verdict{verdict="PASSED"}`:                                                                0,
+		`gpulab_conformance_verdict{verdict="FAILED"}`:                                                                0,
+		`gpulab_conformance_passed`:                                                                                   0,
+		`gpulab_conformance_feature_passed{feature="gang"}`:                                                           1,
+		`gpulab_conformance_feature_passed{feature="latency"}`:                                                        0,
+		`gpulab_conformance_feature_status{feature="latency",status="partial"}`:                                       1,
+		`gpulab_conformance_feature_status{feature="latency",status="passed"}`:                                        0,
+		`gpulab_conformance_requirement_status{kar="KAR-0053",requirement="gang_scheduling",status="passed"}`:         1,
+		`gpulab_conformance_requirement_status{kar="KAR-0059",requirement="accelerator_metrics",status="not_tested"}`: 1,
+	} {
+		got, ok := series[want]
+		if !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", want, got, ok, v)
 		}
 	}
 }
 
 func TestMedianOfRuns(t *testing.T) {
-	run := func(p99 float64, passed bool) *Results {
-		return &Results{SchemaVersion: SchemaVersion, Features: []Feature{{Name: "latency", Passed: passed}},
-			Measurements: []Measurement{Value("latency", "ready", "seconds", p99)}}
+	run := func(p99 float64, status Status) *Results {
+		return &Results{SchemaVersion: SchemaVersion, Features: []Feature{{Name: "latency", Assessments: []Assessment{
+			{Name: "a", Status: StatusPassed}, {Name: "b", Status: status, Reason: string(status) + " here", Messages: []string{string(status) + " here"}},
+		}}}, Measurements: []Measurement{Value("latency", "ready", "seconds", p99)}}
 	}
-	m := Median([]*Results{run(1, true), run(9, true), run(2, false)})
+	m := Median([]*Results{run(1, StatusPassed), run(9, StatusPassed), run(2, StatusFailed)})
 	if got := m.Measurements[0].P99; got != 2 {
 		t.Errorf("median p99 = %v, want 2 (one outlier must not move it)", got)
 	}
-	if m.Features[0].Passed {
-		t.Errorf("a feature that failed in one run passed in the median")
+	if m.Features[0].Status != StatusFailed || m.Verdict != VerdictFailed || m.Features[0].Assessments[1].Reason != "failed here" {
+		t.Errorf("a feature that failed in one run did not fail in the median: %+v", m.Features[0])
+	}
+	m = Median([]*Results{run(1, StatusSkipped), run(2, StatusPassed)})
+	if m.Features[0].Status != StatusPartial || m.Verdict != VerdictPartial || len(m.Features[0].Assessments) != 2 {
+		t.Errorf("a feature partial in one run is not partial in the median: %+v", m.Features[0])
+	}
+	m = Median([]*Results{run(1, StatusPassed), run(2, StatusPassed)})
+	if m.Verdict != VerdictPassed {
+		t.Errorf("runs that all passed merge to %s", m.Verdict)
+	}
+}
+
+// decodePush reads pushed metric families back as "name{labels}" → value,
+// labels sorted by name.
+func decodePush(t *testing.T, contentType string, body []byte) map[string]float64 {
+	t.Helper()
+	dec := expfmt.NewDecoder(bytes.NewReader(body), expfmt.ResponseFormat(http.Header{"Content-Type": {contentType}}))
+	out := map[string]float64{}
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("decoding the push: %v", err)
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(labels)
+			key := mf.GetName()
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			out[key] = m.GetGauge().GetValue()
+		}
 	}
 }

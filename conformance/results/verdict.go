@@ -1,0 +1,197 @@
+package results
+
+import "strings"
+
+// Status is an assessment's, a feature's or a requirement's outcome.
+type Status string
+
+const (
+	// StatusPassed is every check ran and held.
+	StatusPassed Status = "passed"
+	// StatusFailed is a check ran and did not hold.
+	StatusFailed Status = "failed"
+	// StatusSkipped is an assessment that was asked for but could not run
+	// (too little capacity, a check the profile cannot do).
+	StatusSkipped Status = "skipped"
+	// StatusPartial is a feature or requirement with a skipped assessment
+	// and no failed one.
+	StatusPartial Status = "partial"
+	// StatusNotTested is a requirement no assessment of the run evidences.
+	StatusNotTested Status = "not_tested"
+)
+
+// String is the status as reports print it ("not tested").
+func (s Status) String() string { return strings.ReplaceAll(string(s), "_", " ") }
+
+// Verdict is a run's outcome.
+type Verdict string
+
+// The run verdicts, from RunVerdict.
+const (
+	VerdictPassed  Verdict = "PASSED"
+	VerdictPartial Verdict = "PARTIAL"
+	VerdictFailed  Verdict = "FAILED"
+)
+
+// Verdicts lists every verdict, for gauges that carry all of them.
+var Verdicts = []Verdict{VerdictPassed, VerdictPartial, VerdictFailed}
+
+// Exit codes of a suite run. 2 is bad usage (flags), as Go's flag package.
+const (
+	ExitPassed  = 0
+	ExitFailed  = 1
+	ExitUsage   = 2
+	ExitPartial = 3
+)
+
+// ExitCode maps a run's verdict to the process's exit code.
+func ExitCode(v Verdict) int {
+	switch v {
+	case VerdictPassed:
+		return ExitPassed
+	case VerdictPartial:
+		return ExitPartial
+	default:
+		return ExitFailed
+	}
+}
+
+// FeatureStatus is passed only if every assessment passed, partial if any
+// was skipped and none failed, failed if any failed. A feature with no
+// assessment tested nothing, which is not a pass: partial. An unknown
+// status counts as failed.
+func FeatureStatus(as []Assessment) Status {
+	if len(as) == 0 {
+		return StatusPartial
+	}
+	return worst(as, StatusPartial)
+}
+
+// RequirementStatus is FeatureStatus over the assessments that evidence a
+// requirement, and not tested when none does.
+func RequirementStatus(as []Assessment) Status {
+	if len(as) == 0 {
+		return StatusNotTested
+	}
+	return worst(as, StatusPartial)
+}
+
+func worst(as []Assessment, skipped Status) Status {
+	s := StatusPassed
+	for _, a := range as {
+		switch a.Status {
+		case StatusPassed:
+		case StatusSkipped:
+			s = skipped
+		default:
+			return StatusFailed
+		}
+	}
+	return s
+}
+
+// RunVerdict is PASSED only if every feature passed, FAILED if any failed,
+// PARTIAL otherwise, each feature judged from its assessments. A run with
+// no feature (the filters matched nothing) tested nothing: FAILED.
+func RunVerdict(fs []Feature) Verdict {
+	if len(fs) == 0 {
+		return VerdictFailed
+	}
+	v := VerdictPassed
+	for _, f := range fs {
+		switch FeatureStatus(f.Assessments) {
+		case StatusPassed:
+		case StatusPartial:
+			v = VerdictPartial
+		default:
+			return VerdictFailed
+		}
+	}
+	return v
+}
+
+// Requirement is a CNCF Kubernetes AI conformance checklist id an
+// assessment evidences, or RequirementNone for gpulab's own checks.
+type Requirement string
+
+// The checklist ids the suite's assessments evidence, and none.
+const (
+	RequirementGangScheduling          Requirement = "gang_scheduling"
+	RequirementAcceleratorMetrics      Requirement = "accelerator_metrics"
+	RequirementRobustController        Requirement = "robust_controller"
+	RequirementSecureAcceleratorAccess Requirement = "secure_accelerator_access"
+	RequirementNone                    Requirement = "none"
+)
+
+// RequirementInfo describes one checklist item.
+type RequirementInfo struct {
+	ID    Requirement
+	KAR   string // "" where the checklist gives none
+	Title string
+}
+
+// Requirements are the AI-conformance items the evidence section reports,
+// in checklist order; each is reported even when nothing evidences it.
+var Requirements = []RequirementInfo{
+	{RequirementGangScheduling, "KAR-0053", "a gang scheduler installed and working: all-or-nothing placement"},
+	{RequirementAcceleratorMetrics, "KAR-0059", "per-accelerator utilization and memory exposed in a standard format"},
+	{RequirementRobustController, "KAR-0063", "an AI operator (CRDs, validation, reconciliation) that survives restarts and failover"},
+	{RequirementSecureAcceleratorAccess, "", "a pod sees only the accelerators allocated to it"},
+}
+
+// KnownRequirement says whether r is a checklist id or RequirementNone.
+func KnownRequirement(r Requirement) bool {
+	if r == RequirementNone {
+		return true
+	}
+	for _, info := range Requirements {
+		if info.ID == r {
+			return true
+		}
+	}
+	return false
+}
+
+// Evidence is one requirement's verdict from the assessments that prove it.
+type Evidence struct {
+	Requirement Requirement `json:"requirement"`
+	KAR         string      `json:"kar,omitempty"`
+	Title       string      `json:"title"`
+	Status      Status      `json:"status"`
+	// Assessments are "feature/assessment: status", in run order.
+	Assessments []string `json:"assessments,omitempty"`
+}
+
+// KAREvidence aggregates the run's assessments by requirement.
+func KAREvidence(fs []Feature) []Evidence {
+	var out []Evidence
+	for _, info := range Requirements {
+		e := Evidence{Requirement: info.ID, KAR: info.KAR, Title: info.Title}
+		var as []Assessment
+		for _, f := range fs {
+			for _, a := range f.Assessments {
+				if a.Requirement == info.ID {
+					as = append(as, a)
+					e.Assessments = append(e.Assessments, f.Name+"/"+a.Name+": "+a.Status.String())
+				}
+			}
+		}
+		e.Status = RequirementStatus(as)
+		out = append(out, e)
+	}
+	return out
+}
+
+// Finalize derives each feature's status from its assessments, the run's
+// verdict and the requirement evidence. Write calls it; call it after
+// changing features.
+func (r *Results) Finalize() {
+	for i := range r.Features {
+		r.Features[i].Status = FeatureStatus(r.Features[i].Assessments)
+	}
+	r.Verdict = RunVerdict(r.Features)
+	r.Evidence = KAREvidence(r.Features)
+}
+
+// Passed says whether the run's verdict is PASSED.
+func (r *Results) Passed() bool { return RunVerdict(r.Features) == VerdictPassed }
