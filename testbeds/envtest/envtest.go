@@ -5,6 +5,7 @@ package envtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,6 +75,11 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// Start leaves etcd and the API server running when a later step
+		// (installing CRDs) fails; nobody else will stop them.
+		if stopErr := env.Stop(); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping the half-started control plane: %w", stopErr))
+		}
 		return nil, fmt.Errorf("starting envtest (assets %s): %w", assets, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
