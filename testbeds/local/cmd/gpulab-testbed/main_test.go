@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,7 +43,7 @@ func TestRefusesBadNames(t *testing.T) {
 			t.Setenv("TESTBED_NAME", "")
 			os.Unsetenv("TESTBED_NAME")
 		}
-		args := append(tc.args, "--cache-dir="+cache)
+		args := append(slices.Clone(tc.args), "--cache-dir="+cache)
 		err := run(t.Context(), args)
 		if err == nil || !strings.Contains(err.Error(), "invalid testbed name") {
 			t.Errorf("gpulab-testbed %v (TESTBED_NAME=%v): %v, want an invalid testbed name error", args, tc.env, err)
