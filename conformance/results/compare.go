@@ -88,12 +88,18 @@ func Median(runs []*Results) *Results {
 	}
 	out := *runs[0]
 	out.Features, out.Measurements, out.Evidence = nil, nil, nil
-	out.EndTime = runs[len(runs)-1].EndTime
 	features := map[string]*Feature{}
 	var order []string
 	byKey := map[string][]Measurement{}
 	var keys []string
 	for _, r := range runs {
+		// The merged run spans all of them, in whatever order they came.
+		if r.StartTime.Before(out.StartTime) {
+			out.StartTime = r.StartTime
+		}
+		if r.EndTime.After(out.EndTime) {
+			out.EndTime = r.EndTime
+		}
 		for _, f := range r.Features {
 			merged, ok := features[f.Name]
 			if !ok {

@@ -183,9 +183,15 @@ func TestMedianOfRuns(t *testing.T) {
 	if m.Features[0].Status != StatusPartial || m.Verdict != VerdictPartial || len(m.Features[0].Assessments) != 2 {
 		t.Errorf("a feature partial in one run is not partial in the median: %+v", m.Features[0])
 	}
-	m = Median([]*Results{run(1, StatusPassed), run(2, StatusPassed)})
+	early, late := run(1, StatusPassed), run(2, StatusPassed)
+	early.StartTime, early.EndTime = time.Unix(100, 0), time.Unix(200, 0)
+	late.StartTime, late.EndTime = time.Unix(300, 0), time.Unix(400, 0)
+	m = Median([]*Results{late, early})
 	if m.Verdict != VerdictPassed {
 		t.Errorf("runs that all passed merge to %s", m.Verdict)
+	}
+	if !m.StartTime.Equal(early.StartTime) || !m.EndTime.Equal(late.EndTime) {
+		t.Errorf("merged run spans %s to %s, want the first start and the last end", m.StartTime, m.EndTime)
 	}
 }
 
