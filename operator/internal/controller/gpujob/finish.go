@@ -128,9 +128,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
 var errStale = errors.New("the cached GPUJob is behind the API server; retrying")
 
 // confirmCurrent checks, with a read from the API server, that the job is
-// as this reconcile saw it, before a create that must happen once. A stale
-// cache (our own status write not seen yet) would otherwise recreate a
-// cluster the job already finished with.
+// as this reconcile saw it, before a create or a verdict that must happen
+// once. A stale cache (our own status write not seen yet) would otherwise
+// recreate a cluster the job already finished with, or finish a job twice:
+// the second finish records a later completion time than the gang release
+// of the first.
 func (r *Reconciler) confirmCurrent(ctx context.Context, s *scope) error {
 	fresh := &gpulabv1alpha1.GPUJob{}
 	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(s.job), fresh); err != nil {

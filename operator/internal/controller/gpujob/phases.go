@@ -76,6 +76,9 @@ func (r *Reconciler) interrupt(ctx context.Context, s *scope) (gpulabv1alpha1.Jo
 	if d := s.job.Spec.ActiveDeadlineSeconds; d != nil {
 		deadline := st.StartTime.Add(time.Duration(*d) * time.Second)
 		if !s.now.Before(deadline) {
+			if err := r.confirmCurrent(ctx, s); err != nil {
+				return st.Phase, err
+			}
 			return gpulabv1alpha1.JobFailed, r.finish(ctx, s, gpulabv1alpha1.JobFailed, gpulabv1alpha1.ReasonDeadlineExceeded,
 				fmt.Sprintf("the job ran past activeDeadlineSeconds (%ds)", *d))
 		}

@@ -41,6 +41,9 @@ func (r *Reconciler) runSubmitter(ctx context.Context, s *scope) (gpulabv1alpha1
 		// hide that it ran at all.
 		err = r.apiReader.Get(ctx, key, sub)
 		if apierrors.IsNotFound(err) {
+			if err := r.confirmCurrent(ctx, s); err != nil {
+				return gpulabv1alpha1.JobRunning, err
+			}
 			return r.attemptFailed(ctx, s, gpulabv1alpha1.ReasonSubmitterDeleted,
 				fmt.Sprintf("submitter %s was deleted before it finished", st.SubmitterName))
 		}
@@ -50,6 +53,14 @@ func (r *Reconciler) runSubmitter(ctx context.Context, s *scope) (gpulabv1alpha1
 	}
 	if err := ownership.Check("Job", sub, s.job); err != nil {
 		return gpulabv1alpha1.JobRunning, err
+	}
+	verdict := jobCondition(sub, batchv1.JobComplete) || jobCondition(sub, batchv1.JobFailed) || !sub.DeletionTimestamp.IsZero()
+	if verdict {
+		// A verdict counts a failure or finishes the job and releases the
+		// gang: never twice from a cached copy that missed the last write.
+		if err := r.confirmCurrent(ctx, s); err != nil {
+			return gpulabv1alpha1.JobRunning, err
+		}
 	}
 	switch {
 	case jobCondition(sub, batchv1.JobComplete):
