@@ -122,8 +122,15 @@ func TestOperatorOnVolcano(t *testing.T) {
 		}
 		first := waitJob(t, c, ns, "first", gpulabv1alpha1.JobSucceeded)
 		second := waitJob(t, c, ns, "second", gpulabv1alpha1.JobSucceeded)
-		if second.Status.ClusterReadyTime == nil || first.Status.CompletionTime == nil || second.Status.ClusterReadyTime.Before(first.Status.CompletionTime) {
-			t.Fatalf("the second gang was Ready (%v) before the first job finished (%v): the queue fits one gang", second.Status.ClusterReadyTime, first.Status.CompletionTime)
+		if first.Status.ClusterReadyTime == nil || second.Status.ClusterReadyTime == nil {
+			t.Fatalf("a succeeded job without a cluster-ready time: %+v, %+v", first.Status, second.Status)
+		}
+		// Volcano may bind either gang first; the other must wait for it.
+		if second.Status.ClusterReadyTime.Before(first.Status.ClusterReadyTime) {
+			first, second = second, first
+		}
+		if first.Status.CompletionTime == nil || second.Status.ClusterReadyTime.Before(first.Status.CompletionTime) {
+			t.Fatalf("the gang of %s was Ready (%v) before %s finished (%v): the queue fits one gang", second.Name, second.Status.ClusterReadyTime, first.Name, first.Status.CompletionTime)
 		}
 		t.Logf("first job finished → second gang Ready: %s", second.Status.ClusterReadyTime.Sub(first.Status.CompletionTime.Time))
 		waitGone(t, c, &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: first.Status.ClusterName}})
