@@ -1,0 +1,44 @@
+package gpucluster
+
+import (
+	"errors"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/scheduler"
+)
+
+// TestStatusRecordsAFailedRead: a reconcile whose reads failed (capacity,
+// overheads, pods) observed nothing, so status keeps what it knew (not
+// zero pods, not a new phase), and says why on ReconcileSucceeded; once a
+// reconcile succeeds again the condition turns True.
+func TestStatusRecordsAFailedRead(t *testing.T) {
+	c := testCluster(2)
+	c.Generation = 3
+	old := gpulabv1alpha1.GPUClusterStatus{Phase: gpulabv1alpha1.ClusterReady, ObservedGeneration: 3, ReadyPods: 3, DesiredPods: 3,
+		Conditions: []metav1.Condition{{Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: gpulabv1alpha1.ReasonPodsReady}}}
+	now := metav1.Now()
+
+	failed := computeStatus(&scope{cluster: c, reconcileErr: errors.New("listing nodes: connection refused")}, &old, now)
+	if failed.Phase != gpulabv1alpha1.ClusterReady || failed.ReadyPods != 3 || !meta.IsStatusConditionTrue(failed.Conditions, gpulabv1alpha1.ConditionReady) {
+		t.Errorf("a reconcile that observed nothing changed what status knew: %+v", failed)
+	}
+	cond := meta.FindStatusCondition(failed.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != gpulabv1alpha1.ReasonReconcileError || cond.Message != "listing nodes: connection refused" {
+		t.Errorf("ReconcileSucceeded = %+v, want False/ReconcileError with the error", cond)
+	}
+
+	// Pods were read (none exist yet), capacity was not: still no observation.
+	if got := computeStatus(&scope{cluster: c, podsListed: true, reconcileErr: errors.New("x")}, &old, now); got.ReadyPods != 3 {
+		t.Errorf("status counted pods without a desired state: %+v", got)
+	}
+
+	s := &scope{cluster: c, desired: buildDesired(c, fleet(2), nil, scheduler.For(c.Spec.Scheduling.Scheduler), nil), podsListed: true}
+	recovered := computeStatus(s, &failed, now)
+	if !meta.IsStatusConditionTrue(recovered.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded) {
+		t.Errorf("ReconcileSucceeded after a good reconcile: %+v", meta.FindStatusCondition(recovered.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded))
+	}
+}
