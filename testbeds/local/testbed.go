@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -297,29 +296,4 @@ func archiveLogs(src, dst string) error {
 		}
 	}
 	return nil
-}
-
-// StartForTest brings a testbed up for one test (skipped under -short) and
-// tears it down when the test ends, failed or not.
-//
-// Deprecated: use localtest.Start, which keeps `testing` out of the
-// binaries that link this package. This copy goes once no test calls it.
-func StartForTest(t *testing.T, opts Options) *Testbed {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("brings up the local testbed; skipped with -short")
-	}
-	tb, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Down(context.Background()); err != nil {
-			t.Errorf("testbed down: %v", err)
-		}
-	})
-	if err := tb.Up(t.Context()); err != nil {
-		t.Fatalf("testbed up: %v", err)
-	}
-	return tb
 }
