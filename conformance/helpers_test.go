@@ -15,6 +15,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -195,4 +196,27 @@ func freeCapacity(ctx context.Context, c client.Client) (free, wholeNodes int, e
 		}
 	}
 	return free, wholeNodes, nil
+}
+
+// createPod creates a pod the assessment owns in the scenario's namespace,
+// labelled as the run's, so the run's cleanup finds it too.
+func (s *scenario) createPod(ctx context.Context, pod *corev1.Pod) error {
+	pod.Namespace = s.ns
+	return s.c.Create(ctx, pod)
+}
+
+// gpuNodes are the nodes the run may use that advertise nvidia.com/gpu,
+// sorted by name.
+func gpuNodes(ctx context.Context, c client.Client) ([]corev1.Node, error) {
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	var out []corev1.Node
+	for _, n := range nodes.Items {
+		if gpus := n.Status.Allocatable[gfd.GPUResource]; gpus.Value() > 0 {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
