@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // CompareOptions sets what counts as a regression.
@@ -15,6 +17,11 @@ type CompareOptions struct {
 	// a 2 ms → 3 ms change on a laptop is not a regression.
 	NoiseSeconds float64
 	NoiseCount   float64
+	// AllowMissing lets baseline measurements, features and assessments be
+	// absent from current (a run that chose fewer features). Otherwise each
+	// absence fails the comparison: a run that stopped measuring something
+	// must not pass for one that measured it and held.
+	AllowMissing bool
 }
 
 // Row is one measurement compared.
@@ -26,15 +33,103 @@ type Row struct {
 	Regressed, Missing bool
 }
 
-// Compare checks every baseline measurement's p99 in current. Larger is
-// worse for every unit the suite records (seconds, requests, conflicts).
-func Compare(baseline, current *Results, opts CompareOptions) []Row {
+// Provenance is what a comparison says about where one side came from.
+type Provenance struct {
+	Environment Environment
+	StartTime   time.Time
+}
+
+// FeatureOutcome is a current feature that did not pass, with why.
+type FeatureOutcome struct {
+	Name     string
+	Status   Status // partial or failed
+	Messages []string
+}
+
+// Comparison is a current run checked against a baseline.
+type Comparison struct {
+	Baseline, Current Provenance
+	// Rows are the baseline's measurements, by key, each with current's.
+	Rows []Row
+	// MissingFeatures are baseline features current lacks, by name, and
+	// MissingAssessments ("feature/assessment") the baseline assessments
+	// a feature both runs have lacks in current.
+	MissingFeatures    []string
+	MissingAssessments []string
+	// NotPassed are current's features that failed or are partial, in run
+	// order. A failed one fails the comparison; a partial one is only
+	// named, since the nightly job decides from each run's exit code
+	// whether partial may pass.
+	NotPassed    []FeatureOutcome
+	AllowMissing bool
+}
+
+// Regressions counts the measurements whose p99 grew past the options.
+func (c Comparison) Regressions() int {
+	n := 0
+	for _, r := range c.Rows {
+		if r.Regressed {
+			n++
+		}
+	}
+	return n
+}
+
+// Missing counts the baseline measurements, features and assessments
+// current lacks.
+func (c Comparison) Missing() int {
+	n := len(c.MissingFeatures) + len(c.MissingAssessments)
+	for _, r := range c.Rows {
+		if r.Missing {
+			n++
+		}
+	}
+	return n
+}
+
+// FailedFeatures counts current's failed features.
+func (c Comparison) FailedFeatures() int {
+	n := 0
+	for _, f := range c.NotPassed {
+		if f.Status == StatusFailed {
+			n++
+		}
+	}
+	return n
+}
+
+// Failed says whether current is worse than the baseline: a regression, a
+// failed feature, or (unless AllowMissing) anything missing.
+func (c Comparison) Failed() bool {
+	return c.Regressions() > 0 || c.FailedFeatures() > 0 || (!c.AllowMissing && c.Missing() > 0)
+}
+
+// Compare checks every baseline measurement's p99 in current, and that
+// every baseline feature and assessment is in current. Larger is worse for
+// every unit the suite records (seconds, requests, conflicts).
+func Compare(baseline, current *Results, opts CompareOptions) Comparison {
+	c := Comparison{
+		Baseline:     Provenance{Environment: baseline.Environment, StartTime: baseline.StartTime},
+		Current:      Provenance{Environment: current.Environment, StartTime: current.StartTime},
+		Rows:         compareMeasurements(baseline.Measurements, current.Measurements, opts),
+		AllowMissing: opts.AllowMissing,
+	}
+	c.MissingFeatures, c.MissingAssessments = missingFeatures(baseline.Features, current.Features)
+	for _, f := range current.Features {
+		if status := FeatureStatus(f.Assessments); status != StatusPassed {
+			c.NotPassed = append(c.NotPassed, FeatureOutcome{Name: f.Name, Status: status, Messages: f.Messages()})
+		}
+	}
+	return c
+}
+
+func compareMeasurements(baseline, current []Measurement, opts CompareOptions) []Row {
 	cur := map[string]Measurement{}
-	for _, m := range current.Measurements {
+	for _, m := range current {
 		cur[m.Key()] = m
 	}
 	var rows []Row
-	for _, b := range baseline.Measurements {
+	for _, b := range baseline {
 		row := Row{Key: b.Key(), Unit: b.Unit, Baseline: b.P99}
 		c, ok := cur[b.Key()]
 		if !ok {
@@ -58,22 +153,102 @@ func Compare(baseline, current *Results, opts CompareOptions) []Row {
 	return rows
 }
 
-// PrintComparison writes the rows as a table and says whether any regressed.
-func PrintComparison(w io.Writer, rows []Row) (regressed bool) {
+// missingFeatures lists the baseline features current lacks, and the
+// baseline assessments of the features both have that current lacks. An
+// assessment of a missing feature is not listed again.
+func missingFeatures(baseline, current []Feature) (features, assessments []string) {
+	cur := map[string]map[string]bool{}
+	for _, f := range current {
+		names := cur[f.Name]
+		if names == nil {
+			names = map[string]bool{}
+			cur[f.Name] = names
+		}
+		for _, a := range f.Assessments {
+			names[a.Name] = true
+		}
+	}
+	for _, f := range baseline {
+		names, ok := cur[f.Name]
+		if !ok {
+			features = append(features, f.Name)
+			continue
+		}
+		for _, a := range f.Assessments {
+			if !names[a.Name] {
+				assessments = append(assessments, f.Name+"/"+a.Name)
+			}
+		}
+	}
+	sort.Strings(features)
+	sort.Strings(assessments)
+	return features, assessments
+}
+
+// PrintComparison writes where both sides came from, the measurements as a
+// table, what is missing and which current features did not pass, and a
+// last line with the outcome. It returns whether the comparison failed.
+func PrintComparison(w io.Writer, c Comparison) (failed bool) {
+	fmt.Fprintf(w, "baseline: %s\n", c.Baseline)
+	fmt.Fprintf(w, "current:  %s\n\n", c.Current)
+	missing := "MISSING"
+	if c.AllowMissing {
+		missing = "missing (allowed)"
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASUREMENT\tUNIT\tBASELINE p99\tCURRENT p99\tCHANGE\tVERDICT")
-	for _, r := range rows {
-		verdict := "ok"
+	for _, r := range c.Rows {
 		switch {
 		case r.Missing:
-			verdict = "missing"
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\n", r.Key, r.Unit, num(r.Baseline), missing)
 		case r.Regressed:
-			verdict, regressed = "REGRESSION", true
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.1f%%\tREGRESSION\n", r.Key, r.Unit, num(r.Baseline), num(r.Current), r.Change*100)
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.1f%%\tok\n", r.Key, r.Unit, num(r.Baseline), num(r.Current), r.Change*100)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.1f%%\t%s\n", r.Key, r.Unit, num(r.Baseline), num(r.Current), r.Change*100, verdict)
 	}
 	_ = tw.Flush()
-	return regressed
+	for _, f := range c.MissingFeatures {
+		fmt.Fprintf(w, "feature %s: %s\n", f, missing)
+	}
+	for _, a := range c.MissingAssessments {
+		fmt.Fprintf(w, "assessment %s: %s\n", a, missing)
+	}
+	for _, f := range c.NotPassed {
+		fmt.Fprintf(w, "feature %s %s: %s\n", f.Name, f.Status, strings.Join(f.Messages, "; "))
+	}
+	failed = c.Failed()
+	if failed {
+		allowed := ""
+		if c.AllowMissing {
+			allowed = " (allowed)"
+		}
+		fmt.Fprintf(w, "comparison: FAILED (%d regressed, %d missing%s, %d failed features)\n",
+			c.Regressions(), c.Missing(), allowed, c.FailedFeatures())
+	} else {
+		fmt.Fprintln(w, "comparison: ok")
+	}
+	return failed
+}
+
+// String is one line naming the run: profile, cluster, suite and operator
+// builds, and start, each "unknown" where the run did not record it.
+func (p Provenance) String() string {
+	e := p.Environment
+	start := "unknown"
+	if !p.StartTime.IsZero() {
+		start = p.StartTime.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("profile %s, cluster %s, suite %s (commit %s), operator %s (commit %s), started %s",
+		orUnknown(e.Profile), orUnknown(e.ClusterName), orUnknown(e.SuiteVersion), orUnknown(e.SuiteCommit),
+		orUnknown(e.OperatorVersion), orUnknown(e.OperatorCommit), start)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // Median merges repeated runs into one: each measurement's percentiles are

@@ -58,7 +58,14 @@ type Environment struct {
 	GPUsByProduct     map[string]int `json:"gpusByProduct"`
 	OperatorVersion   string         `json:"operatorVersion,omitempty"`
 	OperatorCommit    string         `json:"operatorCommit,omitempty"`
-	Scale             int            `json:"scale"`
+	// SuiteVersion and SuiteCommit name the conformance suite's build, so a
+	// comparison says which suites produced its two sides.
+	SuiteVersion string `json:"suiteVersion,omitempty"`
+	SuiteCommit  string `json:"suiteCommit,omitempty"`
+	// ClusterName tells apart clusters that run the same profile (nightly
+	// pushes are grouped by it).
+	ClusterName string `json:"clusterName,omitempty"`
+	Scale       int    `json:"scale"`
 }
 
 // Feature is one feature's assessments and the status they add up to

@@ -109,16 +109,16 @@ func TestCompare(t *testing.T) {
 		Value("latency", "fast", "seconds", 0.004),                 // +100% but within noise
 		Value("latency", "requests_per_cluster", "requests", 10.5), // +5%: fine
 	}}
-	rows := Compare(base, cur, CompareOptions{MaxRegression: 0.10, NoiseSeconds: 0.05, NoiseCount: 0})
+	c := Compare(base, cur, CompareOptions{MaxRegression: 0.10, NoiseSeconds: 0.05, NoiseCount: 0})
 	byKey := map[string]Row{}
-	for _, r := range rows {
+	for _, r := range c.Rows {
 		byKey[r.Key] = r
 	}
 	if !byKey["latency/ready_p99"].Regressed || byKey["latency/fast"].Regressed || byKey["latency/requests_per_cluster"].Regressed || !byKey["latency/gone"].Missing {
-		t.Errorf("rows %+v", rows)
+		t.Errorf("rows %+v", c.Rows)
 	}
 	var out bytes.Buffer
-	if !PrintComparison(&out, rows) || !strings.Contains(out.String(), "REGRESSION") {
+	if !PrintComparison(&out, c) || !strings.Contains(out.String(), "REGRESSION") {
 		t.Errorf("table:\n%s", out.String())
 	}
 }

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+// medianCommand merges repeated runs: median --out DIR run1.json run2.json ...
+func medianCommand(args []string, stdout, stderr io.Writer) int {
+	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--pushgateway-url URL] run1/results.json run2/results.json ..."
+	fs := newCommandFlags("median", stderr, usage)
+	out := fs.String("out", "", "directory for the merged results.json, junit.xml, report.md and report.html")
+	clusterName := fs.String("cluster-name", "", "cluster name recorded in the merged results and its Pushgateway group")
+	push := fs.String("pushgateway-url", "", "also push the merged results to this Prometheus Pushgateway")
+	if code, ok := parseCommandFlags(fs, args); !ok {
+		return code
+	}
+	if *out == "" || fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "usage: %s\n", usage)
+		return results.ExitUsage
+	}
+	var runs []*results.Results
+	for _, path := range fs.Args() {
+		r, err := results.Read(path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return results.ExitUsage
+		}
+		runs = append(runs, r)
+	}
+	merged := results.Median(runs)
+	if *clusterName != "" {
+		merged.Environment.ClusterName = *clusterName
+	}
+	if err := merged.Write(*out); err != nil {
+		fmt.Fprintln(stderr, err)
+		return results.ExitFailed
+	}
+	if *push != "" {
+		if err := results.Push(context.Background(), *push, merged); err != nil {
+			fmt.Fprintln(stderr, err)
+			return results.ExitFailed
+		}
+	}
+	fmt.Fprint(stdout, merged.Markdown())
+	return results.ExitPassed
+}
