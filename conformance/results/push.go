@@ -12,7 +12,9 @@ import (
 const PushJob = "gpulab_conformance"
 
 // Push sends a run's verdicts and measurements to a Prometheus Pushgateway,
-// grouped by profile, replacing that profile's previous run:
+// grouped by profile and cluster (PushCluster), replacing that cluster's
+// previous run of that profile and no other: two clusters running the same
+// profile each keep their own series.
 //
 //	gpulab_conformance_verdict{verdict}                   1 for the run's verdict (PASSED, PARTIAL, FAILED), 0 for the others
 //	gpulab_conformance_feature_passed{feature}            1 if every assessment passed, else 0
@@ -60,10 +62,23 @@ func Push(ctx context.Context, url string, r *Results) error {
 	}
 	overall.Set(boolValue(run == VerdictPassed))
 	when.Set(float64(r.EndTime.Unix()))
-	if err := push.New(url, PushJob).Gatherer(reg).Grouping("profile", r.Environment.Profile).PushContext(ctx); err != nil {
+	pusher := push.New(url, PushJob).Gatherer(reg).
+		Grouping("profile", r.Environment.Profile).
+		Grouping("cluster", PushCluster(r.Environment))
+	if err := pusher.PushContext(ctx); err != nil {
 		return fmt.Errorf("pushing results to %s: %w", url, err)
 	}
 	return nil
+}
+
+// PushCluster is the cluster grouping label of a run: its ClusterName, or
+// its profile where none was given (one cluster per profile, as before
+// clusters were named).
+func PushCluster(e Environment) string {
+	if e.ClusterName != "" {
+		return e.ClusterName
+	}
+	return e.Profile
 }
 
 func boolValue(b bool) float64 {

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 )
 
@@ -30,10 +31,15 @@ func main() {
 	flag.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.Float64Var(&qps, "kube-api-qps", 50, "client QPS to the API server")
 	flag.IntVar(&burst, "kube-api-burst", 100, "client burst to the API server")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	// --kubeconfig is registered by controller-runtime's config loader.
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("gpulab-operator", version.Get())
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if namespaces != "" {

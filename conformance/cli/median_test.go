@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+func TestMedianCommand(t *testing.T) {
+	var pushed []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		pushed = append(pushed, req.URL.Path)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	var runs []string
+	for _, p99 := range []float64{1, 9, 2} {
+		runs = append(runs, writeResultsFile(t, sampleRun([]string{"latency"}, map[string]float64{"latency/ready": p99})))
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := append([]string{"--out", out, "--cluster-name", "lab-a", "--pushgateway-url", srv.URL}, runs...)
+	if code := medianCommand(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	merged, err := results.Read(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if merged.Environment.ClusterName != "lab-a" || merged.Measurements[0].P99 != 2 {
+		t.Errorf("merged %+v, want cluster lab-a and the median p99 2", merged)
+	}
+	if len(pushed) != 1 || !strings.Contains(pushed[0], "/cluster/lab-a") {
+		t.Errorf("pushed to %v, want one push grouped by cluster lab-a", pushed)
+	}
+}
+
+func TestMedianCommandUsage(t *testing.T) {
+	run := writeResultsFile(t, sampleRun([]string{"latency"}, nil))
+	for name, args := range map[string][]string{
+		"no --out":       {run},
+		"no runs":        {"--out", t.TempDir()},
+		"unreadable run": {"--out", t.TempDir(), filepath.Join(t.TempDir(), "absent.json")},
+		"bad flag":       {"--bogus"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := medianCommand(args, &stdout, &stderr); code != 2 {
+				t.Errorf("exit %d, want 2: %s", code, stderr.String())
+			}
+		})
+	}
+}
