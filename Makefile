@@ -27,6 +27,10 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(GPULAB_CACHE)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 TESTBED       := $(BIN)/gpulab-testbed
 TEST_TIMEOUT  ?= 45m
+# What `version` and `--version` print.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT        ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS       := -X github.com/gpulab/gpulab/internal/version.Version=$(VERSION) -X github.com/gpulab/gpulab/internal/version.Commit=$(COMMIT)
 
 ##@ General
 
@@ -42,9 +46,9 @@ help: ## Show this help.
 build: ## Build every gpulab binary into bin/.
 	$(GO) build ./...
 	$(GO) build -o $(TESTBED) ./testbeds/local/cmd/gpulab-testbed
-	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
-	$(GO) build -o $(BIN)/gpulab-agent ./node-agent/cmd/gpulab-agent
-	$(GO) test -c -o $(BIN)/gpulab-conformance ./conformance
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-agent ./node-agent/cmd/gpulab-agent
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
 
 .PHONY: generate
 generate: ## Generate deepcopy code for the API types.
@@ -105,9 +109,9 @@ CONFORMANCE_ARGS  ?=
 
 .PHONY: conformance
 conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (CONFORMANCE_SCALE=100) and print the report.
-	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
-	$(GO) test -c -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance -test.v -test.timeout 40m --profile=local --scale=$(CONFORMANCE_SCALE) \
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
+	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=local --scale=$(CONFORMANCE_SCALE) \
 		--out=$(CONFORMANCE_OUT) --operator-binary=$(BIN)/gpulab-operator $(CONFORMANCE_ARGS)
 
 NIGHTLY_RUNS     ?= 3
@@ -124,12 +128,12 @@ PUSHGATEWAY_URL  ?=
 .PHONY: nightly
 nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the median with the baseline, push if PUSHGATEWAY_URL is set; exit 1 on a regression, a failed run or a partial one (NIGHTLY_ALLOW_PARTIAL=1 allows partial).
 	rm -rf $(NIGHTLY_OUT)
-	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
-	$(GO) test -c -o $(BIN)/gpulab-conformance ./conformance
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
 	failed=0; partial=0; \
 	for i in $$(seq 1 $(NIGHTLY_RUNS)); do \
 		rc=0; \
-		$(BIN)/gpulab-conformance -test.v -test.timeout 40m --profile=local --scale=$(CONFORMANCE_SCALE) \
+		$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=local --scale=$(CONFORMANCE_SCALE) \
 			--out=$(NIGHTLY_OUT)/run-$$i --operator-binary=$(BIN)/gpulab-operator $(CONFORMANCE_ARGS) || rc=$$?; \
 		case $$rc in \
 			0) ;; \
@@ -141,7 +145,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 	shopt -s nullglob; runs=($(NIGHTLY_OUT)/run-*/results.json); \
 	if (( $${#runs[@]} == 0 )); then echo "nightly: no run wrote results" >&2; exit 1; fi; \
 	rc=0; \
-	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median \
+	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median --cluster-name $(TESTBED_NAME) \
 		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL)) "$${runs[@]}" || rc=1; \
 	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) --current $(NIGHTLY_OUT)/median/results.json --max-regression 10% || rc=1; \
 	if (( failed > 0 )); then echo "nightly: $$failed of $(NIGHTLY_RUNS) runs failed" >&2; rc=1; fi; \
@@ -174,7 +178,7 @@ testbed-status: $(TESTBED) ## Show the local testbed's processes, nodes and queu
 
 .PHONY: run-operator
 run-operator: ## Run the operator locally against the testbed (loopback metrics :18080, probes :18081).
-	$(GO) build -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(BIN)/gpulab-operator --kubeconfig=$(GPULAB_CACHE)/kwok/clusters/$(TESTBED_NAME)/kubeconfig.yaml \
 		--metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081
 

@@ -6,19 +6,20 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
 // TestController is the KAR-0063 plan: invalid GPUClusters are rejected
 // with their messages, a valid one reaches Ready, and the operator's leader
-// killed mid-flight recovers with no duplicate pods.
+// killed mid-flight (a process on local, the Lease holder's pod on a
+// cluster) is taken over and recovers with no duplicate pods.
 func TestController(t *testing.T) {
 	const name = "controller"
 	f := newPlan(name).
@@ -46,24 +47,18 @@ func TestController(t *testing.T) {
 			s := newScenario(ctx, t, name)
 			start := time.Now()
 			s.create(ctx, gpuCluster(s.ns, "valid", 2, 4))
-			s.waitReady(ctx, "valid", *readyFlag)
+			s.waitReady(ctx, "valid", opts.ReadyTimeout)
 			measured(results.Value(name, "valid_create_to_ready", "seconds", time.Since(start).Seconds()))
 			s.checkInvariants()
 			return ctx
 		}).
 		assess(results.RequirementRobustController, "the leader killed mid-flight recovers with no duplicate pods", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			if cluster.Profile != "local" {
-				skipf(t, "killing the operator is implemented for the local profile")
-			}
 			s := newScenario(ctx, t, name)
-			leader, err := cluster.Leader(ctx)
-			if err != nil {
-				fatalf(t, "%v", err)
-			}
-			holder := leaseHolder(ctx, s.c)
+			holder := cluster.LeaseHolder(ctx)
 			if holder == "" {
-				fatalf(t, "the operator's lease has no holder while %s leads", leader.Name)
+				fatalf(t, "the operator's Lease %s/%s has no holder", cluster.LeaseNamespace(), profile.LeaseName)
 			}
+			kill, restore := leaderKiller(ctx, t)
 			// Workers without GPUs, many of them: creating the gang takes
 			// several rounds of parallel creates, so a kill on the first
 			// pod lands while the rest are still to be made.
@@ -75,16 +70,12 @@ func TestController(t *testing.T) {
 				fatalf(t, "the operator never started creating pods: %v", err)
 			}
 			killed := time.Now()
-			if err := leader.Kill(); err != nil {
-				fatalf(t, "killing %s: %v", leader.Name, err)
+			if err := kill(); err != nil {
+				fatalf(t, "killing the leader %s: %v", holder, err)
 			}
 			// Bring the killed replica back as a follower for what follows,
 			// whatever this assessment concludes.
-			defer func() {
-				if err := leader.Start(ctx); err != nil {
-					failf(t, "restarting %s: %v", leader.Name, err)
-				}
-			}()
+			defer restore()
 			// No replica leads until the lease expires, so the pods that
 			// exist now are what the killed leader made: fewer than desired
 			// is the evidence that the kill interrupted creation.
@@ -98,14 +89,14 @@ func TestController(t *testing.T) {
 				t.Logf("leader killed with %d of %d pods created", n, desired)
 			}
 			if err := waitFor(ctx, time.Minute, func() (bool, string) {
-				h := leaseHolder(ctx, s.c)
+				h := cluster.LeaseHolder(ctx)
 				return h != "" && h != holder, "lease still held by " + h
 			}); err != nil {
 				fatalf(t, "no replica took over: %v", err)
 			}
 			failover := time.Since(killed)
 			measured(results.Value(name, "leader_failover", "seconds", failover.Seconds()))
-			s.waitReady(ctx, "crash", *readyFlag)
+			s.waitReady(ctx, "crash", opts.ReadyTimeout)
 			measured(results.Value(name, "kill_to_ready", "seconds", time.Since(killed).Seconds()))
 			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
 				fatalf(t, "%v", err)
@@ -119,11 +110,25 @@ func TestController(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// leaseHolder is the operator's current leader identity.
-func leaseHolder(ctx context.Context, c client.Client) string {
-	var lease coordinationv1.Lease
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpulab-operator.gpulab.io"}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
-		return ""
+// leaderKiller returns how to kill the leading operator replica as a
+// crash would, and how to bring it back: SIGKILL to the local profile's
+// process (restarted after), or on a cluster a forced delete of the pod
+// that holds the Lease (its Deployment replaces it).
+func leaderKiller(ctx context.Context, t *testing.T) (kill func() error, restore func()) {
+	if cluster.Profile == "local" {
+		leader, err := cluster.Leader(ctx)
+		if err != nil {
+			fatalf(t, "%v", err)
+		}
+		return leader.Kill, func() {
+			if err := leader.Start(ctx); err != nil {
+				failf(t, "restarting %s: %v", leader.Name, err)
+			}
+		}
 	}
-	return *lease.Spec.HolderIdentity
+	pod, err := cluster.LeaderPod(ctx)
+	if err != nil {
+		skipf(t, "no operator pod to kill: %v", err)
+	}
+	return func() error { return cluster.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)) }, func() {}
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,59 +15,90 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/cli"
 	"github.com/gpulab/gpulab/conformance/measure"
-	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
-// scenario is one feature's namespace with a recorder watching it.
+// scenario is one assessment's namespace with a recorder watching it, and
+// what it created there.
 type scenario struct {
 	t        *testing.T
 	feature  string
 	ns       string
+	ownNS    bool // created for the scenario, deleted with it
 	c        client.Client
 	recorder *measure.Recorder
 	checked  bool
+	created  []client.Object
+	owned    []string // GPUCluster names, and GPUJob names + "-"
 }
 
 var nsSeq int
 
-// newScenario creates a fresh namespace and starts watching it.
+// newScenario starts a scenario in a fresh namespace, or in --namespace
+// when one was given, and starts watching it.
 func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 	t.Helper()
-	nsSeq++
-	ns := fmt.Sprintf("gpulab-conformance-%s-%d-%d", feature, time.Now().Unix()%100000, nsSeq)
-	c := cluster.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		fatalf(t, "creating namespace: %v", err)
+	s := &scenario{t: t, feature: feature, ns: opts.Namespace, c: cluster.Client}
+	if s.ns == "" {
+		nsSeq++
+		s.ns, s.ownNS = fmt.Sprintf("gpulab-conformance-%s-%d-%s", feature, nsSeq, opts.RunID[strings.LastIndex(opts.RunID, "-")+1:]), true
+		if err := s.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: runLabels()}}); err != nil {
+			fatalf(t, "creating namespace: %v", err)
+		}
 	}
-	rec, err := measure.Start(ctx, measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: ns})
+	rec, err := measure.Start(ctx, measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns})
 	if err != nil {
 		fatalf(t, "starting watches: %v", err)
 	}
-	s := &scenario{t: t, feature: feature, ns: ns, c: c, recorder: rec}
+	s.recorder = rec
 	t.Cleanup(s.cleanup)
 	return s
 }
 
+// add creates obj in the scenario's namespace with the run's label and
+// remembers it for cleanup.
+func (s *scenario) add(ctx context.Context, obj client.Object) error {
+	obj.SetNamespace(s.ns)
+	label(obj)
+	if err := s.c.Create(ctx, obj); err != nil {
+		return err
+	}
+	s.created = append(s.created, obj)
+	return nil
+}
+
 // cleanup checks the invariants if the assessment stopped before it did
-// (a failed wait still leaves evidence worth reporting), then deletes the
-// namespace and waits until its pods are gone, so the next scenario finds
-// the capacity free.
+// (a failed wait still leaves evidence worth reporting), then deletes what
+// the scenario made and waits until its pods are gone, so the next
+// scenario finds the capacity free.
 func (s *scenario) cleanup() {
 	if !s.checked {
 		s.checkInvariants()
 	}
 	s.recorder.Stop()
 	ctx := context.Background()
-	_ = s.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}})
+	if s.ownNS {
+		_ = s.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}})
+	} else {
+		for i := len(s.created) - 1; i >= 0; i-- {
+			_ = s.c.Delete(ctx, s.created[i], client.PropagationPolicy(metav1.DeletePropagationBackground))
+		}
+	}
 	_ = waitFor(ctx, 2*time.Minute, func() (bool, string) {
 		var pods corev1.PodList
 		if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
 			return false, err.Error()
 		}
-		return len(pods.Items) == 0, fmt.Sprintf("%d pods left in %s", len(pods.Items), s.ns)
+		n := 0
+		for _, p := range pods.Items {
+			if s.ownNS || p.Labels[RunIDLabel] == opts.RunID || ownedPod(&p, s.owned) {
+				n++
+			}
+		}
+		return n == 0, fmt.Sprintf("%d pods left in %s", n, s.ns)
 	})
 }
 
@@ -74,7 +106,7 @@ func (s *scenario) cleanup() {
 func gpuCluster(ns, name string, n, gpus int32) *gpulabv1alpha1.GPUCluster {
 	tmpl := func(c string) corev1.PodTemplateSpec {
 		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: c, Image: "registry.k8s.io/pause:3.10",
+			Name: c, Image: cli.DefaultImage,
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}},
 		}}}}
 	}
@@ -98,8 +130,10 @@ func (s *scenario) create(ctx context.Context, gc *gpulabv1alpha1.GPUCluster) {
 	for _, g := range gc.Spec.WorkerGroups {
 		desired += int(g.Replicas)
 	}
+	placeCluster(&gc.Spec)
+	s.owned = append(s.owned, gc.Name)
 	s.recorder.Expect(gc.Name, desired, time.Now())
-	if err := s.c.Create(ctx, gc); err != nil {
+	if err := s.add(ctx, gc); err != nil {
 		fatalf(s.t, "creating GPUCluster %s: %v", gc.Name, err)
 	}
 }
@@ -159,39 +193,37 @@ func describe(gc *gpulabv1alpha1.GPUCluster) string {
 	return fmt.Sprintf("phase %q, ready %d/%d; %s", gc.Status.Phase, gc.Status.ReadyPods, gc.Status.DesiredPods, strings.Join(conds, "; "))
 }
 
+// waitFor polls cond until it holds, printing its detail on stderr at
+// most every progressEvery so a long wait is never silent.
 func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, string)) error {
-	return poll.Until(ctx, timeout, cond)
+	start := time.Now()
+	next := start.Add(progressEvery)
+	return poll.Until(ctx, timeout, func() (bool, string) {
+		ok, detail := cond()
+		if now := time.Now(); !ok && now.After(next) {
+			next = now.Add(progressEvery)
+			fmt.Fprintf(os.Stderr, "%s: %s, %.1f s\n", currentAssessment(), detail, now.Sub(start).Seconds())
+		}
+		return ok, detail
+	})
 }
 
-// freeCapacity is the GPUs on schedulable nodes not requested by bound,
-// running pods: free GPUs in total and whole free 8-GPU nodes.
+// progressEvery is how often a long wait reports on stderr.
+const progressEvery = 5 * time.Second
+
+// freeCapacity is the pool's GPUs not requested by bound, live pods: free
+// GPUs in total and whole free 8-GPU nodes.
 func freeCapacity(ctx context.Context, c client.Client) (free, wholeNodes int, err error) {
-	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes); err != nil {
+	rooms, err := nodeRooms(ctx, c)
+	if err != nil {
 		return 0, 0, err
 	}
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods); err != nil {
-		return 0, 0, err
-	}
-	used := map[string]int64{}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	for _, r := range rooms {
+		if !fp.inPool[r.name] {
 			continue
 		}
-		for _, ctr := range p.Spec.Containers {
-			q := ctr.Resources.Requests["nvidia.com/gpu"]
-			used[p.Spec.NodeName] += q.Value()
-		}
-	}
-	for _, n := range nodes.Items {
-		if n.Spec.Unschedulable {
-			continue
-		}
-		alloc := n.Status.Allocatable["nvidia.com/gpu"]
-		left := alloc.Value() - used[n.Name]
-		free += int(left)
-		if alloc.Value() == 8 && left == 8 {
+		free += r.free
+		if r.gpus == 8 && r.free == 8 {
 			wholeNodes++
 		}
 	}
@@ -199,14 +231,28 @@ func freeCapacity(ctx context.Context, c client.Client) (free, wholeNodes int, e
 }
 
 // createPod creates a pod the assessment owns in the scenario's namespace,
-// labelled as the run's, so the run's cleanup finds it too.
+// labelled as the run's and kept to the pool (its image as given).
 func (s *scenario) createPod(ctx context.Context, pod *corev1.Pod) error {
-	pod.Namespace = s.ns
-	return s.c.Create(ctx, pod)
+	placePod(&pod.Spec, "")
+	return s.add(ctx, pod)
 }
 
-// gpuNodes are the nodes the run may use that advertise nvidia.com/gpu,
-// sorted by name.
+// createJob creates a GPUJob whose cluster and submitter stay in the
+// footprint; the submitter runs --submitter-image and exits.
+func (s *scenario) createJob(ctx context.Context, j *gpulabv1alpha1.GPUJob) error {
+	placeCluster(j.Spec.ClusterTemplate)
+	sub := &j.Spec.Submitter
+	placePod(&sub.Spec, opts.SubmitImage)
+	for i := range sub.Spec.Containers {
+		sub.Spec.Containers[i].Command = []string{"sleep", "2"}
+	}
+	sub.Labels = runLabels()
+	s.owned = append(s.owned, j.Name+"-")
+	return s.add(ctx, j)
+}
+
+// gpuNodes are the pool's nodes (the GPU nodes the run may use), sorted
+// by name.
 func gpuNodes(ctx context.Context, c client.Client) ([]corev1.Node, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
@@ -214,7 +260,7 @@ func gpuNodes(ctx context.Context, c client.Client) ([]corev1.Node, error) {
 	}
 	var out []corev1.Node
 	for _, n := range nodes.Items {
-		if gpus := n.Status.Allocatable[gfd.GPUResource]; gpus.Value() > 0 {
+		if fp.inPool[n.Name] {
 			out = append(out, n)
 		}
 	}

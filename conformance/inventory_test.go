@@ -21,8 +21,8 @@ import (
 // TestInventory: every GPU node has a GPUInventory that agrees with its
 // allocatable nvidia.com/gpu and GFD labels; an unhealthy GPU is reported;
 // every GPU has utilization and memory series (that one evidences KAR-0059;
-// the others are gpulab's own). The --real-gpus probe is only registered
-// when asked for.
+// the others are gpulab's own). nvidia-smi on real GPUs is the
+// accelerators feature (--real-gpus).
 func TestInventory(t *testing.T) {
 	const name = "inventory"
 	f := newPlan(name).
@@ -60,25 +60,6 @@ func TestInventory(t *testing.T) {
 			}
 			return ctx
 		}).
-		assessIf(*realGPUsFlag, results.RequirementNone, "with --real-gpus, each node's nvidia-smi UUIDs match its inventory", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			s := newScenario(ctx, t, name)
-			var nodes corev1.NodeList
-			if err := s.c.List(ctx, &nodes); err != nil {
-				fatalf(t, "%v", err)
-			}
-			for _, n := range nodes.Items {
-				if gpus := n.Status.Allocatable["nvidia.com/gpu"]; gpus.Value() == 0 {
-					continue
-				}
-				var inv gpulabv1alpha1.GPUInventory
-				if err := s.c.Get(ctx, client.ObjectKey{Name: n.Name}, &inv); err != nil {
-					failf(t, "node %s: %v", n.Name, err)
-					continue
-				}
-				probeGPUs(ctx, t, s.ns, n, &inv)
-			}
-			return ctx
-		}).
 		assess(results.RequirementNone, "a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			if cluster.Profile != "local" {
 				skipf(t, "XID injection needs the local testbed's simulated agent")
@@ -110,41 +91,67 @@ func TestInventory(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementAcceleratorMetrics, "every GPU has utilization and memory series", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			url := cluster.AgentMetricsURL(ctx)
-			if url == "" {
-				skipf(t, "needs the local testbed's agent metrics")
-			}
-			s, err := measure.ScrapeURL(ctx, url)
-			if err != nil {
-				fatalf(t, "scraping the agent: %v", err)
-			}
+			have, source := gpuSeries(ctx, t)
 			var invs gpulabv1alpha1.GPUInventoryList
 			if err := cluster.Client.List(ctx, &invs); err != nil {
 				fatalf(t, "%v", err)
 			}
+			var uuids []string
 			for _, inv := range invs.Items {
+				if len(opts.NodeSelector) > 0 && !nodeSelected(ctx, inv.Name) {
+					continue
+				}
 				for _, g := range inv.Status.GPUs {
-					for _, metric := range []string{"gpulab_gpu_utilization_ratio", "gpulab_gpu_memory_used_bytes", "gpulab_gpu_memory_total_bytes"} {
-						if _, ok := s[metric]; !ok || !hasSeries(s, metric, g.UUID) {
-							failf(t, "no %s series for GPU %s (%s/%d)", metric, g.UUID, inv.Name, g.Index)
-						}
-					}
+					uuids = append(uuids, g.UUID)
 				}
 			}
+			if len(uuids) == 0 {
+				fatalf(t, "no GPUInventory lists a GPU")
+			}
+			missing, exporters := measure.MissingGPUSeries(have, uuids)
+			for _, m := range missing {
+				failf(t, "%s, from %s", m, source)
+			}
+			t.Logf("%d GPUs checked against %s (series from %v)", len(uuids), source, exporters)
 			return ctx
 		}).feature()
 	testenv.Test(t, f)
 }
 
-func hasSeries(s measure.Scrape, metric, uuid string) bool {
-	for _, m := range s[metric].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "UUID" && l.GetValue() == uuid {
-				return true
-			}
+// gpuSeries reads which GPUs have per-GPU series: from --prometheus-url
+// when given (any cluster, gpulab's or DCGM's exporter), else straight from
+// the local testbed's agent.
+func gpuSeries(ctx context.Context, t *testing.T) (measure.UUIDsByMetric, string) {
+	if opts.PrometheusURL != "" {
+		have, err := measure.UUIDsInPrometheus(ctx, opts.PrometheusURL)
+		if err != nil {
+			fatalf(t, "%v", err)
+		}
+		return have, "Prometheus at " + opts.PrometheusURL
+	}
+	url := cluster.AgentMetricsURL(ctx)
+	if url == "" {
+		skipf(t, "needs --prometheus-url: a Prometheus that scrapes gpulab's agent or NVIDIA's DCGM exporter")
+	}
+	s, err := measure.ScrapeURL(ctx, url)
+	if err != nil {
+		fatalf(t, "scraping the agent: %v", err)
+	}
+	return measure.UUIDsInScrape(s), "the local agent's " + url
+}
+
+// nodeSelected says whether node matches --node-selector.
+func nodeSelected(ctx context.Context, node string) bool {
+	var n corev1.Node
+	if err := cluster.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return false
+	}
+	for k, v := range opts.NodeSelector {
+		if n.Labels[k] != v {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // cordonWithXID asks the local testbed's simulated agent to deliver XIDs. The

@@ -17,40 +17,37 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
-// TestJob: a GPUJob runs to Succeeded; two jobs on a queue that fits one
-// gang run back to back, and the second gang binds as soon as the first
-// job finishes.
+// TestJob: two GPUJobs on a queue that fits one gang run back to back, and
+// the second gang binds as soon as the first job finishes. It runs wherever
+// gpulab is installed: the submitter (--submitter-image) sleeps and exits
+// on a real kubelet; kwok's stages finish it on the local testbed.
 func TestJob(t *testing.T) {
 	const name = "job"
 	f := newPlan(name).
 		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			if cluster.Profile != "local" {
-				skipf(t, "submitters finish on their own only on the local testbed (kwok stages)")
-			}
 			s := newScenario(ctx, t, name)
 			_, whole := freeCapacityOrSkip(ctx, t)
-			gpus := resource.MustParse(fmt.Sprint(min(whole, 2) * 8))
+			workers := jobWorkers(whole)
 			queue := &schedulingv1beta1.Queue{
-				ObjectMeta: metav1.ObjectMeta{Name: s.ns},
+				ObjectMeta: metav1.ObjectMeta{Name: "gpulab-conformance-job-" + opts.RunID, Labels: runLabels()},
 				Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),
-					Capability: corev1.ResourceList{"nvidia.com/gpu": gpus}},
+					Capability: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(workers*8), resource.DecimalSI)}},
 			}
 			if err := s.c.Create(ctx, queue); err != nil {
 				fatalf(t, "creating queue: %v", err)
 			}
 			t.Cleanup(func() { _ = s.c.Delete(context.Background(), queue) })
-			workers := min(whole, 2)
 			for _, job := range []string{"first", "second"} {
 				// A job's first cluster is <job>-1: watch it from the start.
 				s.recorder.Expect(job+"-1", workers+1, time.Now())
 				gc := gpuCluster(s.ns, job, int32(workers), 8)
 				gc.Spec.Scheduling.Queue = queue.Name
 				j := &gpulabv1alpha1.GPUJob{
-					ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: job},
+					ObjectMeta: metav1.ObjectMeta{Name: job},
 					Spec: gpulabv1alpha1.GPUJobSpec{ClusterTemplate: &gc.Spec, Submitter: corev1.PodTemplateSpec{
-						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "submit", Image: "registry.k8s.io/pause:3.10"}}}}},
+						Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "submit"}}}}},
 				}
-				if err := s.c.Create(ctx, j); err != nil {
+				if err := s.createJob(ctx, j); err != nil {
 					fatalf(t, "creating GPUJob %s: %v", job, err)
 				}
 			}
@@ -88,7 +85,7 @@ func freeCapacityOrSkip(ctx context.Context, t *testing.T) (int, int) {
 func waitJob(ctx context.Context, t *testing.T, s *scenario, name string) *gpulabv1alpha1.GPUJob {
 	t.Helper()
 	j := &gpulabv1alpha1.GPUJob{}
-	err := waitFor(ctx, 2**readyFlag, func() (bool, string) {
+	err := waitFor(ctx, 2*opts.ReadyTimeout, func() (bool, string) {
 		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, j); err != nil {
 			return false, err.Error()
 		}

@@ -28,28 +28,31 @@ func TestLatency(t *testing.T) {
 			if err != nil {
 				fatalf(t, "reading capacity: %v", err)
 			}
-			n := *scaleFlag
-			if n*8 > free {
-				n = free / 8
-				t.Logf("capacity for %d clusters only (%d free GPUs)", n, free)
+			n := latencyClusters(free)
+			if n < opts.Scale {
+				t.Logf("capacity for %d clusters only (%d free GPUs in the footprint)", n, free)
 			}
 			if n == 0 {
-				skipf(t, "no free capacity")
+				skipf(t, "no room for one 8-GPU cluster in the footprint (%d free GPUs)", free)
 			}
 			before := scrapeLeader(ctx, t)
 			start := time.Now()
 			for i := range n {
 				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("lat-%03d", i), 2, 4))
 			}
-			timeout := *readyFlag + time.Duration(n)*200*time.Millisecond
+			timeout := opts.ReadyTimeout + time.Duration(n)*200*time.Millisecond
 			err = waitFor(ctx, timeout, func() (bool, string) {
-				done := 0
+				ready, bound, pods := 0, 0, 0
 				for _, tl := range s.recorder.Timelines() {
 					if !tl.StatusReady.IsZero() {
-						done++
+						ready++
 					}
+					if !tl.AllBound.IsZero() {
+						bound++
+					}
+					pods += tl.Pods
 				}
-				return done == n, fmt.Sprintf("%d of %d clusters Ready", done, n)
+				return ready == n, fmt.Sprintf("%d/%d Ready, %d all bound, %d pods", ready, n, bound, pods)
 			})
 			if err != nil {
 				fatalf(t, "%v", err)
@@ -66,11 +69,10 @@ func TestLatency(t *testing.T) {
 			if err != nil {
 				fatalf(t, "reading capacity: %v", err)
 			}
-			// Gangs of two whole nodes, 1.5× what fits at once.
-			fits := whole / 2
-			n := fits + fits/2
-			if fits < 2 {
-				skipf(t, "needs at least 4 free 8-GPU nodes")
+			// Gangs of two whole nodes, more than fit at once.
+			fits, n := overcommitted(whole)
+			if fits < 1 {
+				skipf(t, "needs 2 whole free 8-GPU nodes in the footprint, found %d", whole)
 			}
 			for i := range n {
 				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("over-%03d", i), 2, 8))
@@ -78,7 +80,7 @@ func TestLatency(t *testing.T) {
 			// Free the room of each gang as soon as it is Ready, so the
 			// waiting ones bind in turn.
 			done := map[string]bool{}
-			err = waitFor(ctx, *readyFlag+time.Duration(n)*time.Second, func() (bool, string) {
+			err = waitFor(ctx, opts.ReadyTimeout+time.Duration(n)*time.Second, func() (bool, string) {
 				for name, tl := range s.recorder.Timelines() {
 					if !done[name] && !tl.StatusReady.IsZero() {
 						done[name] = true

@@ -87,7 +87,13 @@ func outcomeOf(t *testing.T) *outcome {
 func recorded(feature, name string, req results.Requirement, fn features.Func) features.Func {
 	return func(ctx context.Context, t *testing.T, cfg *envconf.Config) (out context.Context) {
 		start := time.Now()
+		setCurrent(feature + ": " + name)
 		t.Cleanup(func() { recordAssessment(feature, name, req, t, time.Since(start)) })
+		// A signal stopped the run: what is left is not run, and the run
+		// is FAILED for it (main_test.go).
+		if ctx.Err() != nil {
+			skipf(t, "not run: the run was stopped (%v)", context.Cause(ctx))
+		}
 		out = ctx
 		// A panic would end the whole binary before any result is written.
 		defer func() {
@@ -97,6 +103,21 @@ func recorded(feature, name string, req results.Requirement, fn features.Func) f
 		}()
 		return fn(ctx, t, cfg)
 	}
+}
+
+var current string
+
+func setCurrent(what string) {
+	mu.Lock()
+	defer mu.Unlock()
+	current = what
+}
+
+// currentAssessment names the assessment running now, for progress lines.
+func currentAssessment() string {
+	mu.Lock()
+	defer mu.Unlock()
+	return current
 }
 
 func recordAssessment(feature, name string, req results.Requirement, t *testing.T, took time.Duration) {

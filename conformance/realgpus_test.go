@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -22,11 +21,6 @@ import (
 	"github.com/gpulab/gpulab/internal/gfd"
 )
 
-var (
-	realGPUsFlag   = flag.Bool("real-gpus", false, "accelerators: run nvidia-smi in pods on the GPU nodes and check what each sees against the node's GPUInventory and the GPUs it requested (needs real GPUs and the NVIDIA device plugin)")
-	probeImageFlag = flag.String("probe-image", "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04", "image with nvidia-smi, sh and sleep for the --real-gpus probe pods")
-)
-
 // probeTimeout is how long probe pods have to run nvidia-smi, image pull
 // included.
 const probeTimeout = 5 * time.Minute
@@ -40,7 +34,7 @@ const probeDone = "gpulab-probe-done"
 // never see the same GPU (secure accelerator access). Pods are pinned by
 // spec.nodeName, one node at a time.
 func TestAcceleratorAccess(t *testing.T) {
-	if !*realGPUsFlag {
+	if !opts.RealGPUs {
 		return
 	}
 	const name = "accelerators"
@@ -279,7 +273,7 @@ func probePod(name, node string, gpus int64, hold bool) *corev1.Pod {
 			RestartPolicy: corev1.RestartPolicyNever,
 			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
-				Name: "probe", Image: *probeImageFlag, Command: command,
+				Name: "probe", Image: opts.ProbeImage, Command: command,
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gfd.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}},
 			}},
 		},

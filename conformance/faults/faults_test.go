@@ -178,7 +178,7 @@ func TestPartialRun(t *testing.T) {
 		t.Errorf("%d gang assessments reported, want 4", n)
 	}
 	for _, a := range r.Features[0].Assessments {
-		if a.Status != results.StatusSkipped || a.Reason != "needs at least 2 free 8-GPU nodes, found 1" || a.Requirement != results.RequirementGangScheduling {
+		if a.Status != results.StatusSkipped || a.Reason != "needs 2 whole free 8-GPU nodes in the footprint, found 1" || a.Requirement != results.RequirementGangScheduling {
 			t.Errorf("assessment %+v, want skipped for capacity, evidencing gang_scheduling", a)
 		}
 	}
@@ -195,7 +195,7 @@ func TestPartialRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(junit), `<skipped message="needs at least 2 free 8-GPU nodes, found 1">`); n != 4 {
+	if n := strings.Count(string(junit), `<skipped message="needs 2 whole free 8-GPU nodes in the footprint, found 1">`); n != 4 {
 		t.Errorf("junit.xml has %d skipped cases with the reason, want 4:\n%s", n, junit)
 	}
 	if !strings.Contains(string(log), "# gpulab conformance: PARTIAL") || !strings.Contains(string(log), "conformance: PARTIAL (exit 3)") {

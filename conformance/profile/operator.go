@@ -9,8 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/measure"
 )
@@ -138,3 +143,64 @@ func (o *OperatorProcess) IsLeader(ctx context.Context) bool {
 
 // Log is the replica's log file.
 func (o *OperatorProcess) Log() string { return o.logPath }
+
+// LeaseName is the operator's leader-election Lease.
+const LeaseName = "gpulab-operator.gpulab.io"
+
+// LeaseNamespace is where the operator's Lease lives: default for the
+// local profile's processes, the operator's namespace on a cluster.
+func (e *Environment) LeaseNamespace() string {
+	if e.Profile == "local" {
+		return "default"
+	}
+	return e.operatorNamespace
+}
+
+// LeaseHolder is the Lease's holder identity ("" when none).
+func (e *Environment) LeaseHolder(ctx context.Context) string {
+	var lease coordinationv1.Lease
+	err := e.Client.Get(ctx, client.ObjectKey{Namespace: e.LeaseNamespace(), Name: LeaseName}, &lease)
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// LeaderPod is the operator pod that holds the Lease on a cluster:
+// controller-runtime's identity is <hostname>_<uuid>, and a pod's hostname
+// is its name.
+func (e *Environment) LeaderPod(ctx context.Context) (*corev1.Pod, error) {
+	holder := e.LeaseHolder(ctx)
+	if holder == "" {
+		return nil, fmt.Errorf("the Lease %s/%s has no holder", e.LeaseNamespace(), LeaseName)
+	}
+	name := PodOfHolder(holder)
+	var pod corev1.Pod
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: e.operatorNamespace, Name: name}, &pod); err != nil {
+		return nil, fmt.Errorf("the Lease holder %q is not a pod in %s: %w", holder, e.operatorNamespace, err)
+	}
+	return &pod, nil
+}
+
+// PodOfHolder is the pod name in a controller-runtime Lease holder identity.
+func PodOfHolder(holder string) string {
+	name, _, _ := strings.Cut(holder, "_")
+	return name
+}
+
+// operatorVersion is what the operator under test says it is: the local
+// binary's --version, or the image of the leading pod on a cluster.
+func (e *Environment) operatorVersion(ctx context.Context) string {
+	if e.operatorBinary != "" {
+		out, err := exec.CommandContext(ctx, e.operatorBinary, "--version").Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(out))
+	}
+	pod, err := e.LeaderPod(ctx)
+	if err != nil || len(pod.Spec.Containers) == 0 {
+		return ""
+	}
+	return pod.Spec.Containers[0].Image
+}

@@ -34,8 +34,13 @@ import (
 type Options struct {
 	// Profile is local (default), kind or cluster.
 	Profile string
-	// Kubeconfig is the cluster profile's kubeconfig.
+	// Kubeconfig is the cluster profile's kubeconfig. Default: $KUBECONFIG,
+	// then ~/.kube/config, then the in-cluster config of a pod.
 	Kubeconfig string
+	// Context is the kubeconfig context. Default: its current context.
+	Context string
+	// OperatorNamespace is where gpulab's operator runs (kind, cluster).
+	OperatorNamespace string
 	// Scale sizes the local fleet: Scale+Scale/4+3 dgx-h100 nodes, enough for
 	// Scale latency clusters of 8 GPUs with room to spare.
 	Scale int
@@ -60,9 +65,14 @@ type Environment struct {
 	Config    *rest.Config
 	Client    client.Client
 	Operators []*OperatorProcess // local only
-	testbed   *local.Testbed
-	kind      *kind.Cluster
-	keep      bool
+	// Name names the cluster: the testbed's, kind's, or the kubeconfig
+	// context's ("in-cluster" for a pod's own config).
+	Name              string
+	operatorBinary    string
+	operatorNamespace string
+	testbed           *local.Testbed
+	kind              *kind.Cluster
+	keep              bool
 }
 
 // Setup prepares the profile's cluster.
@@ -74,7 +84,7 @@ func Setup(ctx context.Context, opts Options) (*Environment, error) {
 	case "", "local":
 		return setupLocal(ctx, opts)
 	case "cluster":
-		return setupCluster(ctx, opts)
+		return Connect(ctx, opts)
 	case "kind":
 		return setupKind(ctx, opts)
 	default:
@@ -98,14 +108,20 @@ func setupLocal(ctx context.Context, opts Options) (*Environment, error) {
 	return env, nil
 }
 
+// LocalFleet is the fleet the local profile brings up: opts.Fleet, or
+// Scale+Scale/4+3 dgx-h100 nodes.
+func LocalFleet(opts Options) (local.Fleet, error) {
+	if opts.Fleet != nil {
+		return opts.Fleet, nil
+	}
+	scale := max(opts.Scale, 1)
+	return local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3))
+}
+
 func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
-	fleet := opts.Fleet
-	if fleet == nil {
-		scale := max(opts.Scale, 1)
-		var err error
-		if fleet, err = local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3)); err != nil {
-			return nil, err
-		}
+	fleet, err := LocalFleet(opts)
+	if err != nil {
+		return nil, err
 	}
 	if opts.TestbedName == "" {
 		opts.TestbedName = "gpulab-conformance"
@@ -118,7 +134,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		return nil, err
 	}
 	// keep applies once setup succeeded; a failed setup always cleans up.
-	env := &Environment{Profile: "local", testbed: tb}
+	env := &Environment{Profile: "local", Name: opts.TestbedName, testbed: tb}
 	fail := func(err error) (*Environment, error) {
 		return nil, errors.Join(err, env.Teardown(context.WithoutCancel(ctx)))
 	}
@@ -133,6 +149,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return fail(err)
 	}
+	env.operatorBinary = binary
 	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 		return fail(err)
 	}
@@ -170,13 +187,37 @@ func operatorBinary(ctx context.Context, opts Options) (string, error) {
 	return out, nil
 }
 
-func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
-	if opts.Kubeconfig == "" {
-		return nil, errors.New("--profile=cluster needs --kubeconfig")
+// LoadConfig is the client config of an existing cluster and the cluster's
+// name: kubeconfig (default $KUBECONFIG, then ~/.kube/config) at its
+// context (default the current one), else the in-cluster config of a pod.
+func LoadConfig(kubeconfig, kubeContext string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	source := "--kubeconfig " + kubeconfig
+	if kubeconfig == "" {
+		source = "the default kubeconfig ($KUBECONFIG, ~/.kube/config) or the in-cluster config"
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading --kubeconfig %s: %w", opts.Kubeconfig, err)
+		return nil, "", fmt.Errorf("reading %s: %w", source, err)
+	}
+	name := kubeContext
+	if raw, err := loader.RawConfig(); err == nil && name == "" {
+		name = raw.CurrentContext
+	}
+	if name == "" {
+		name = "in-cluster"
+	}
+	return cfg, name, nil
+}
+
+// Connect checks an existing cluster can run the suite: the API server
+// answers and gpulab's and Volcano's CRDs are there. It creates nothing.
+func Connect(ctx context.Context, opts Options) (*Environment, error) {
+	cfg, name, err := LoadConfig(opts.Kubeconfig, opts.Context)
+	if err != nil {
+		return nil, err
 	}
 	// Talk to the API server first, so a wrong address or credentials
 	// read as such and not as missing CRDs.
@@ -184,10 +225,10 @@ func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
 	probe.Timeout = probeTimeout
 	dc, err := discovery.NewDiscoveryClientForConfig(probe)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", opts.Kubeconfig, err)
+		return nil, fmt.Errorf("context %s: %w", name, err)
 	}
 	if _, err := dc.ServerVersion(); err != nil {
-		return nil, fmt.Errorf("cannot talk to the API server at %s (--kubeconfig %s): %w", cfg.Host, opts.Kubeconfig, err)
+		return nil, fmt.Errorf("cannot talk to the API server at %s (context %s): %w", cfg.Host, name, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
 	if err != nil {
@@ -207,7 +248,7 @@ func setupCluster(ctx context.Context, opts Options) (*Environment, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the cluster lacks %v: install Volcano and gpulab (kubectl apply --server-side -k operator/config/default)", missing)
 	}
-	return &Environment{Profile: "cluster", Config: cfg, Client: c}, nil
+	return &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, operatorNamespace: opts.OperatorNamespace}, nil
 }
 
 // probeTimeout bounds the first request to a cluster: an address that
@@ -224,12 +265,12 @@ func setupKind(ctx context.Context, opts Options) (*Environment, error) {
 	if err := kc.Up(ctx); err != nil {
 		return nil, errors.Join(err, kc.Down(context.WithoutCancel(ctx)))
 	}
-	opts.Kubeconfig = kc.Kubeconfig()
-	env, err := setupCluster(ctx, opts)
+	opts.Kubeconfig, opts.Context = kc.Kubeconfig(), ""
+	env, err := Connect(ctx, opts)
 	if err != nil {
 		return nil, errors.Join(err, kc.Down(context.WithoutCancel(ctx)))
 	}
-	env.Profile, env.kind, env.keep = "kind", kc, opts.Keep
+	env.Profile, env.Name, env.kind, env.keep = "kind", "gpulab-conformance", kc, opts.Keep
 	return env, nil
 }
 
@@ -279,9 +320,13 @@ func (e *Environment) Leader(ctx context.Context) (*OperatorProcess, error) {
 	return leader, nil
 }
 
-// Describe fills in what the run ran on.
-func (e *Environment) Describe(ctx context.Context, scale int) results.Environment {
-	env := results.Environment{Profile: e.Profile, GPUsByProduct: map[string]int{}, Scale: scale}
+// Describe fills in what the run ran on; clusterName overrides e.Name.
+func (e *Environment) Describe(ctx context.Context, scale int, clusterName string) results.Environment {
+	if clusterName == "" {
+		clusterName = e.Name
+	}
+	env := results.Environment{Profile: e.Profile, ClusterName: clusterName, GPUsByProduct: map[string]int{}, Scale: scale}
+	env.OperatorVersion = e.operatorVersion(ctx)
 	if dc, err := discovery.NewDiscoveryClientForConfig(e.Config); err == nil {
 		if v, err := dc.ServerVersion(); err == nil {
 			env.KubernetesVersion = v.GitVersion

@@ -1,0 +1,391 @@
+package cli
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpulab/gpulab/testbeds/local"
+)
+
+// RunOptions is what `gpulab-conformance run` was asked to do, validated.
+// The zero value is not useful: ParseRun fills the defaults documented on
+// each flag.
+type RunOptions struct {
+	// Cluster.
+	Profile           string // local, kind or cluster
+	Kubeconfig        string // cluster: default $KUBECONFIG, ~/.kube/config, then in-cluster
+	Context           string // kubeconfig context; default its current one
+	OperatorNamespace string // where gpulab's operator runs on kind and cluster
+
+	// Footprint.
+	MaxGPUs      GPUBudget
+	Queue        string            // a Volcano queue to use; default one the run creates with capability = MaxGPUs
+	NodeSelector map[string]string // nodes the run may use, besides advertising nvidia.com/gpu
+	Namespace    string            // one namespace for everything; default a namespace per scenario, created and deleted
+	Image        string            // image of the workload pods
+	SubmitImage  string            // image of GPUJob submitters: it must exit 0 by itself
+	DryRun       bool
+
+	// What to test.
+	Features, SkipFeatures, Assess, SkipAssess string
+	Scale                                      int
+	WaitWindow, ReadyTimeout                   time.Duration
+	PrometheusURL                              string
+	RealGPUs                                   bool
+	ProbeImage                                 string
+
+	// Local profile.
+	Fleet          local.Fleet
+	TestbedName    string
+	OperatorBinary string
+	Keep           bool
+
+	// Output.
+	Out            string
+	PushgatewayURL string
+	ClusterName    string
+	Verbose        bool
+	Timeout        time.Duration
+
+	// RunID labels everything the run creates, so cleanup finds it all.
+	RunID string
+	// TestArgs are the flags for Go's testing package: -test.* flags
+	// passed through (go test adds them) plus what Verbose and Timeout ask.
+	TestArgs []string
+}
+
+// GPUBudget is --max-gpus: a count, or all. Unset, it follows the profile.
+type GPUBudget struct {
+	GPUs int
+	All  bool
+	set  bool
+}
+
+func (b *GPUBudget) String() string {
+	switch {
+	case b.All:
+		return "all"
+	case b.set:
+		return strconv.Itoa(b.GPUs)
+	}
+	return ""
+}
+
+// Set parses a count or "all" (flag.Value).
+func (b *GPUBudget) Set(s string) error {
+	if s == "all" {
+		*b = GPUBudget{All: true, set: true}
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want a positive number of GPUs or all, got %q", s)
+	}
+	*b = GPUBudget{GPUs: n, set: true}
+	return nil
+}
+
+// Allows says whether gpus fit the budget.
+func (b GPUBudget) Allows(gpus int) bool { return b.All || gpus <= b.GPUs }
+
+// DefaultClusterBudget is --max-gpus on the kind and cluster profiles: a
+// run on a shared cluster takes a few nodes' worth, not every free GPU.
+const DefaultClusterBudget = 16
+
+// Defaults of the images; every one can be replaced for clusters that
+// pull from a mirror.
+const (
+	DefaultImage       = "registry.k8s.io/pause:3.10"
+	DefaultSubmitImage = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
+	DefaultProbeImage  = "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04"
+)
+
+// runFlag is one flag of `run`, in its help group.
+type runFlag struct {
+	group, name, usage string
+	value              flag.Value
+}
+
+var errHelp = errors.New("help")
+
+var groups = []string{"cluster", "footprint", "what to test", "local profile", "output"}
+
+func runFlags(o *RunOptions) []runFlag {
+	str := func(p *string, def string) flag.Value { *p = def; return (*stringValue)(p) }
+	dur := func(p *time.Duration, def time.Duration) flag.Value { *p = def; return (*durationValue)(p) }
+	boolean := func(p *bool) flag.Value { return (*boolValue)(p) }
+	return []runFlag{
+		{"cluster", "profile", "local (a fresh local testbed), kind (a kind cluster; Docker) or cluster (an existing one)", str(&o.Profile, "local")},
+		{"cluster", "kubeconfig", "cluster profile: kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)", str(&o.Kubeconfig, "")},
+		{"cluster", "context", "cluster profile: kubeconfig context (default its current context)", str(&o.Context, "")},
+		{"cluster", "operator-namespace", "kind, cluster: namespace of gpulab's operator (leader Lease, pods)", str(&o.OperatorNamespace, "gpulab-system")},
+		{"footprint", "max-gpus", fmt.Sprintf("GPUs the run may hold at once, or all (default all on local, %d on kind and cluster)", DefaultClusterBudget), &o.MaxGPUs},
+		{"footprint", "queue", "Volcano queue for every gang (default: one the run creates, capability = --max-gpus)", str(&o.Queue, "")},
+		{"footprint", "node-selector", "only nodes with these labels, key=value,... (GPU nodes always)", (*selectorValue)(&o.NodeSelector)},
+		{"footprint", "namespace", "put everything in this existing namespace (default: a namespace per scenario, removed after)", str(&o.Namespace, "")},
+		{"footprint", "image", "image of the workload pods", str(&o.Image, DefaultImage)},
+		{"footprint", "submitter-image", "image of GPUJob submitters (runs `sleep 2`; must exit 0)", str(&o.SubmitImage, DefaultSubmitImage)},
+		{"footprint", "dry-run", "print the plan (features, gangs, GPUs, nodes) and create nothing", boolean(&o.DryRun)},
+		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},
+		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
+		{"what to test", "assess", "only assessments matching this regexp", str(&o.Assess, "")},
+		{"what to test", "skip-assess", "skip assessments matching this regexp", str(&o.SkipAssess, "")},
+		{"what to test", "scale", "latency: clusters created at once (1 head + 2 workers x 4 GPUs); sizes the local fleet", (*intValue)(setInt(&o.Scale, 100))},
+		{"what to test", "wait-window", "how long a gang that cannot fit is watched for bound pods", dur(&o.WaitWindow, 10*time.Second)},
+		{"what to test", "ready-timeout", "how long a gang that fits may take to be Ready", dur(&o.ReadyTimeout, 2*time.Minute)},
+		{"what to test", "prometheus-url", "per-GPU series from this Prometheus (gpulab_gpu_* or DCGM_FI_DEV_*) instead of the local agent", str(&o.PrometheusURL, "")},
+		{"what to test", "real-gpus", "kind, cluster: run nvidia-smi in pods and check GPUs, UUIDs and isolation", boolean(&o.RealGPUs)},
+		{"what to test", "probe-image", "image with nvidia-smi, sh and sleep for --real-gpus", str(&o.ProbeImage, DefaultProbeImage)},
+		{"local profile", "fleet", "fake GPU nodes as profile=count,... (default --scale+--scale/4+3 dgx-h100)", (*fleetValue)(&o.Fleet)},
+		{"local profile", "testbed-name", "name of the testbed it creates", str(&o.TestbedName, "gpulab-conformance")},
+		{"local profile", "operator-binary", "gpulab-operator to run (default: build it)", str(&o.OperatorBinary, "")},
+		{"local profile", "keep", "leave the testbed running afterwards", boolean(&o.Keep)},
+		{"output", "out", "directory for results.json, junit.xml, report.md/html and logs", str(&o.Out, "_artifacts/conformance")},
+		{"output", "pushgateway-url", "push verdicts and measurements to this Prometheus Pushgateway", str(&o.PushgatewayURL, "")},
+		{"output", "cluster-name", "names the cluster in results and the push grouping (default: the testbed or context name)", str(&o.ClusterName, "")},
+		{"output", "verbose", "print every assessment's log, not only failures'", boolean(&o.Verbose)},
+		{"output", "timeout", "stop the run after this long", dur(&o.Timeout, time.Hour)},
+	}
+}
+
+func setInt(p *int, def int) *int { *p = def; return p }
+
+// ParseRun parses and validates `run`'s flags. -test.* flags pass through
+// to TestArgs untouched.
+func ParseRun(args []string, stderr io.Writer) (*RunOptions, error) {
+	o := &RunOptions{}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, f := range runFlags(o) {
+		fs.Var(f.value, f.name, f.usage)
+	}
+	own, testArgs := splitTestArgs(args)
+	if err := fs.Parse(own); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		// The flag package says "flag -x"; the help spells them --x.
+		return nil, errors.New(strings.Replace(err.Error(), " flag -", " --", 1))
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := o.validate(set); err != nil {
+		return nil, err
+	}
+	o.TestArgs = testArgs
+	if o.Verbose {
+		o.TestArgs = append(o.TestArgs, "-test.v")
+	}
+	if !hasTestFlag(testArgs, "timeout") {
+		o.TestArgs = append(o.TestArgs, "-test.timeout="+o.Timeout.String())
+	}
+	o.RunID = newRunID(time.Now())
+	return o, nil
+}
+
+func (o *RunOptions) validate(set map[string]bool) error {
+	switch o.Profile {
+	case "local", "kind", "cluster":
+	default:
+		return fmt.Errorf("--profile=%q: want local, kind or cluster", o.Profile)
+	}
+	if !o.MaxGPUs.set {
+		if o.Profile == "local" {
+			o.MaxGPUs = GPUBudget{All: true}
+		} else {
+			o.MaxGPUs = GPUBudget{GPUs: DefaultClusterBudget}
+		}
+	}
+	if o.Profile == "local" {
+		for _, name := range []string{"kubeconfig", "context"} {
+			if set[name] {
+				return fmt.Errorf("--%s is for --profile=cluster; the local profile makes its own testbed", name)
+			}
+		}
+		if o.RealGPUs {
+			return errors.New("--real-gpus needs real GPUs: the local testbed's are fake (use --profile=cluster or kind)")
+		}
+	} else {
+		for name, what := range map[string]string{"fleet": "sizes the local testbed", "testbed-name": "names the local testbed", "operator-binary": "runs in the local testbed"} {
+			if set[name] {
+				return fmt.Errorf("--%s %s; --profile=%s has its own nodes and operator", name, what, o.Profile)
+			}
+		}
+	}
+	if o.Scale < 1 {
+		return fmt.Errorf("--scale must be at least 1, got %d", o.Scale)
+	}
+	// A zero window would pass the gang checks without watching anything,
+	// and a zero timeout fail every wait at once.
+	for name, d := range map[string]time.Duration{"wait-window": o.WaitWindow, "ready-timeout": o.ReadyTimeout, "timeout": o.Timeout} {
+		if d <= 0 {
+			return fmt.Errorf("--%s must be positive, got %s", name, d)
+		}
+	}
+	for name, v := range map[string]string{"namespace": o.Namespace, "operator-namespace": o.OperatorNamespace} {
+		if v != "" {
+			if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+				return fmt.Errorf("--%s=%q: %s", name, v, strings.Join(errs, "; "))
+			}
+		}
+	}
+	if o.Queue != "" {
+		if errs := validation.IsDNS1123Subdomain(o.Queue); len(errs) > 0 {
+			return fmt.Errorf("--queue=%q: %s", o.Queue, strings.Join(errs, "; "))
+		}
+	}
+	if o.ClusterName != "" {
+		if errs := validation.IsValidLabelValue(o.ClusterName); len(errs) > 0 {
+			return fmt.Errorf("--cluster-name=%q: %s", o.ClusterName, strings.Join(errs, "; "))
+		}
+	}
+	for name, v := range map[string]string{"prometheus-url": o.PrometheusURL, "pushgateway-url": o.PushgatewayURL} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--%s=%q: want an http:// or https:// URL", name, v)
+		}
+	}
+	for name, v := range map[string]string{"feature": o.Features, "skip-feature": o.SkipFeatures, "assess": o.Assess, "skip-assess": o.SkipAssess} {
+		if _, err := regexp.Compile(v); err != nil {
+			return fmt.Errorf("--%s: %w", name, err)
+		}
+	}
+	for name, v := range map[string]string{"image": o.Image, "submitter-image": o.SubmitImage, "probe-image": o.ProbeImage, "out": o.Out} {
+		if strings.TrimSpace(v) == "" {
+			return fmt.Errorf("--%s must not be empty", name)
+		}
+	}
+	return nil
+}
+
+// splitTestArgs separates Go testing's -test.* flags (as `go test` passes
+// them, or a user debugging the suite) from run's own.
+func splitTestArgs(args []string) (own, test []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || !strings.HasPrefix(name, "test.") {
+			own = append(own, a)
+			continue
+		}
+		test = append(test, "-"+name)
+		// -test.timeout 40m: a value flag given its value separately.
+		if !strings.Contains(name, "=") && !testBoolFlags[strings.TrimPrefix(name, "test.")] && i+1 < len(args) {
+			i++
+			test = append(test, args[i])
+		}
+	}
+	return own, test
+}
+
+var testBoolFlags = map[string]bool{"v": true, "short": true, "failfast": true, "paniconexit0": true, "fullpath": true}
+
+func hasTestFlag(args []string, name string) bool {
+	for _, a := range args {
+		if a == "-test."+name || strings.HasPrefix(a, "-test."+name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// newRunID is short, sortable and unique enough for one cluster: a label
+// value and a namespace suffix.
+func newRunID(now time.Time) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return now.UTC().Format("0102-150405") + "-" + hex.EncodeToString(b)
+}
+
+func printRunFlags(w io.Writer) {
+	flags := runFlags(&RunOptions{})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, g := range groups {
+		fmt.Fprintf(tw, "  %s:\t\n", g)
+		for _, f := range flags {
+			if f.group != g {
+				continue
+			}
+			usage := f.usage
+			if def := f.value.String(); def != "" && def != "false" && !strings.Contains(usage, "default") {
+				usage += " (default " + def + ")"
+			}
+			fmt.Fprintf(tw, "    --%s\t%s\n", f.name, usage)
+		}
+	}
+	_ = tw.Flush()
+}
+
+// Flag values, so every flag lives in one table with its group.
+type (
+	stringValue   string
+	durationValue time.Duration
+	boolValue     bool
+	intValue      int
+	fleetValue    local.Fleet
+	selectorValue map[string]string
+)
+
+func (v *stringValue) String() string     { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *durationValue) String() string   { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	*v = durationValue(d)
+	return err
+}
+func (v *boolValue) String() string { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*v = boolValue(b)
+	return err
+}
+func (v *boolValue) IsBoolFlag() bool { return true }
+func (v *intValue) String() string    { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	*v = intValue(n)
+	return err
+}
+func (v *fleetValue) String() string { return "" }
+func (v *fleetValue) Set(s string) error {
+	f, err := local.ParseFleet(s)
+	*v = fleetValue(f)
+	return err
+}
+func (v *selectorValue) String() string { return "" }
+func (v *selectorValue) Set(s string) error {
+	m := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok {
+			return fmt.Errorf("%q is not key=value", pair)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
+			return fmt.Errorf("label value %q: %s", val, strings.Join(errs, "; "))
+		}
+		m[k] = val
+	}
+	*v = m
+	return nil
+}

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseRunDefaults(t *testing.T) {
+	o, err := ParseRun(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Profile != "local" || !o.MaxGPUs.All || o.Scale != 100 || o.Image != DefaultImage || o.Timeout != time.Hour {
+		t.Errorf("defaults %+v", o)
+	}
+	if strings.Join(o.TestArgs, " ") != "-test.timeout=1h0m0s" {
+		t.Errorf("test args %q", o.TestArgs)
+	}
+	if o.RunID == "" {
+		t.Error("no run id")
+	}
+	c, err := ParseRun([]string{"--profile=cluster"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxGPUs.All || c.MaxGPUs.GPUs != DefaultClusterBudget {
+		t.Errorf("cluster budget %+v, want %d", c.MaxGPUs, DefaultClusterBudget)
+	}
+}
+
+func TestParseRunFlags(t *testing.T) {
+	o, err := ParseRun([]string{"--profile=cluster", "--context=prod", "--max-gpus=all", "--node-selector=pool=a,gpulab.io/x=y",
+		"--namespace=team", "--queue=q1", "--verbose", "-test.run=TestGang", "-test.timeout", "5m", "-test.v"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.MaxGPUs.All || o.Context != "prod" || o.NodeSelector["pool"] != "a" || o.NodeSelector["gpulab.io/x"] != "y" || o.Namespace != "team" || o.Queue != "q1" {
+		t.Errorf("parsed %+v", o)
+	}
+	// go test's own flags pass through; a given -test.timeout wins.
+	if got := strings.Join(o.TestArgs, " "); got != "-test.run=TestGang -test.timeout 5m -test.v -test.v" {
+		t.Errorf("test args %q", got)
+	}
+	n, err := ParseRun([]string{"--profile=kind", "--max-gpus=24"}, io.Discard)
+	if err != nil || n.MaxGPUs.GPUs != 24 || n.MaxGPUs.All || !n.MaxGPUs.Allows(24) || n.MaxGPUs.Allows(25) {
+		t.Errorf("--max-gpus=24: %+v, %v", n, err)
+	}
+}
+
+func TestParseRunRejects(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--profile=aws"}, `--profile="aws"`},
+		{[]string{"--max-gpus=0"}, "--max-gpus: want a positive number of GPUs or all"},
+		{[]string{"--max-gpus=some"}, "--max-gpus"},
+		{[]string{"--scale=0"}, "--scale must be at least 1"},
+		{[]string{"--wait-window=0"}, "--wait-window must be positive"},
+		{[]string{"--timeout=-1m"}, "--timeout must be positive"},
+		{[]string{"--kubeconfig=/x"}, "--kubeconfig is for --profile=cluster"},
+		{[]string{"--real-gpus"}, "--real-gpus needs real GPUs"},
+		{[]string{"--profile=cluster", "--fleet=dgx-h100=1"}, "--fleet sizes the local testbed"},
+		{[]string{"--fleet=dgx-z9=1"}, "--fleet:"},
+		{[]string{"--namespace=Team_A"}, `--namespace="Team_A"`},
+		{[]string{"--queue=a/b"}, `--queue="a/b"`},
+		{[]string{"--node-selector=pool"}, `"pool" is not key=value`},
+		{[]string{"--node-selector=a b=c"}, `label key "a b"`},
+		{[]string{"--cluster-name=a b"}, `--cluster-name="a b"`},
+		{[]string{"--prometheus-url=localhost:9090"}, "want an http:// or https:// URL"},
+		{[]string{"--feature=("}, "--feature:"},
+		{[]string{"--image="}, "--image must not be empty"},
+		{[]string{"--nope"}, "flag provided but not defined: -nope"},
+		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+	} {
+		_, err := ParseRun(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestMainDispatch(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if o, code := Main([]string{"-h"}, &out, &errOut); o != nil || code != 0 {
+		t.Errorf("-h: %v, %d", o, code)
+	}
+	help := out.String()
+	for _, want := range []string{"commands:", "run flags:", "footprint:", "--max-gpus", "exit codes: 0 passed, 1 failed"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+	// One screen, and none of Go's testing or klog flags.
+	if n := strings.Count(help, "\n"); n > 55 || strings.Contains(help, "test.") || strings.Contains(help, "v=") {
+		t.Errorf("help is %d lines or lists foreign flags:\n%s", n, help)
+	}
+	if o, code := Main([]string{"frobnicate"}, &out, &errOut); o != nil || code != 2 {
+		t.Errorf("unknown command: %v, %d", o, code)
+	}
+	if o, code := Main([]string{"run", "--scale=0"}, &out, &errOut); o != nil || code != 2 {
+		t.Errorf("bad run flag: %v, %d", o, code)
+	}
+	if o, code := Main([]string{"--scale=3"}, &out, &errOut); o == nil || code != 0 || o.Scale != 3 {
+		t.Errorf("no command means run: %+v, %d", o, code)
+	}
+}
