@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/dashboards"
 	pollpkg "github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
@@ -183,7 +184,7 @@ func TestQueriesOnTestbed(t *testing.T) {
 	}
 	injectXID(t, c, "dgx-a100-0", "7:79")
 
-	runSuite(ctx, t, suite, tb.Kubeconfig(), "http://"+pushAddr, filepath.Join(tmp, "conformance"))
+	runSuite(ctx, t, suite, tb.Kubeconfig(), "http://"+pushAddr, prom.base, filepath.Join(tmp, "conformance"))
 	t.Logf("conformance run done after %s", time.Since(start).Round(time.Second))
 
 	checkChecker(ctx, t, prom, start)
@@ -474,19 +475,37 @@ func startProcess(t *testing.T, dir, name, bin string, args ...string) {
 	})
 }
 
-// runSuite runs the conformance suite's latency feature at scale 2 against
-// the testbed (profile cluster: the operator this test runs serves it) and
-// pushes its results.
-func runSuite(ctx context.Context, t *testing.T, suite, kubeconfig, pushURL, out string) {
+// runSuite runs the conformance suite against the testbed as against any
+// cluster (profile cluster: the operator this test runs serves it) and
+// pushes its results: latency at scale 2, and the inventory feature, whose
+// per-GPU series come from this Prometheus (--prometheus-url), not from the
+// agent. XID injection needs the local profile, so it is not asked for.
+func runSuite(ctx context.Context, t *testing.T, suite, kubeconfig, pushURL, promURL, out string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, suite, "--profile=cluster", "--kubeconfig="+kubeconfig,
-		"--scale=2", "--feature=latency", "--out="+out, "--pushgateway-url="+pushURL)
+	cmd := exec.CommandContext(ctx, suite, "run", "--verbose", "--profile=cluster", "--kubeconfig="+kubeconfig,
+		"--scale=2", "--feature=^(latency|inventory)$", "--skip-assess=critical XID", "--prometheus-url="+promURL,
+		"--out="+out, "--pushgateway-url="+pushURL)
 	log, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("conformance run failed: %v\n%s", err, tail(log, 8192))
 		return
+	}
+	r, err := results.Read(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perGPU *results.Assessment
+	for _, f := range r.Features {
+		for i, a := range f.Assessments {
+			if a.Requirement == results.RequirementAcceleratorMetrics {
+				perGPU = &f.Assessments[i]
+			}
+		}
+	}
+	if perGPU == nil || perGPU.Status != results.StatusPassed || !strings.Contains(string(log), "checked against Prometheus at "+promURL) {
+		t.Errorf("the per-GPU series assessment %+v did not pass from Prometheus at %s:\n%s", perGPU, promURL, tail(log, 8192))
 	}
 	t.Logf("conformance run:\n%s", tail(log, 2048))
 }
