@@ -158,6 +158,13 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 	fi; \
 	exit $$rc
 
+FROM ?=
+.PHONY: baseline
+baseline: ## Promote a run's results to the nightly baseline: make baseline FROM=_artifacts/nightly/median/results.json.
+	@[[ -n "$(FROM)" ]] || { echo "usage: make baseline FROM=path/to/results.json" >&2; exit 2; }
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
+	$(BIN)/gpulab-conformance baseline --from $(FROM) --to $(NIGHTLY_BASELINE)
+
 ##@ Local testbed
 
 .PHONY: testbed-binaries

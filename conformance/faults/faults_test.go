@@ -16,6 +16,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -49,6 +52,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The tests read the testbed with controller-runtime's client; its
+	// logs are not wanted here.
+	ctrllog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "gpulab-faults-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

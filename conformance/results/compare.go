@@ -175,7 +175,8 @@ func missingFeatures(baseline, current []Feature) (features, assessments []strin
 			continue
 		}
 		for _, a := range f.Assessments {
-			if !names[a.Name] {
+			// A v1 baseline recorded features, not assessments.
+			if a.Name != V1Assessment && !names[a.Name] {
 				assessments = append(assessments, f.Name+"/"+a.Name)
 			}
 		}

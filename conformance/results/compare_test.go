@@ -152,3 +152,14 @@ func TestComparisonNamesBothSides(t *testing.T) {
 		t.Errorf("header:\n%s\nwant:\n%s\n%s", out.String(), wantBaseline, wantCurrent)
 	}
 }
+
+// A v1 baseline has features without assessment names: its features are
+// compared, its synthesized assessment is not.
+func TestCompareV1Baseline(t *testing.T) {
+	baseline := &Results{Features: []Feature{passed("gang", V1Assessment), passed("latency", V1Assessment)}}
+	current := &Results{Features: []Feature{passed("gang", "fits")}}
+	c := Compare(baseline, current, CompareOptions{})
+	if !reflect.DeepEqual(c.MissingFeatures, []string{"latency"}) || len(c.MissingAssessments) != 0 {
+		t.Errorf("missing features %v, assessments %v; want latency only", c.MissingFeatures, c.MissingAssessments)
+	}
+}
