@@ -8,30 +8,10 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 )
-
-// The gang shapes each feature sizes from the pool's free capacity; the
-// features and --dry-run both use these, so the plan printed is the plan run.
-
-// latencyClusters is how many 1 head + 2 x 4-GPU clusters the latency run
-// creates at once.
-func latencyClusters(free int) int { return min(opts.Scale, free/8) }
-
-// overcommitted is the latency feature's contention run: gangs of two
-// whole nodes, more than fit at once (n > fits). It needs fits >= 1.
-func overcommitted(whole int) (fits, n int) {
-	fits = whole / 2
-	return fits, fits + max(fits/2, 1)
-}
-
-// contendingGangs is the gang feature's K gangs, two of which fill the
-// pool's whole free nodes.
-const contendingGangs = 4
-
-// jobWorkers is each GPUJob's 8-GPU workers; the job queue fits one gang.
-func jobWorkers(whole int) int { return min(whole, 2) }
 
 // dryRun prints what a run would do on this cluster, creating nothing.
 func dryRun(ctx context.Context) int {
@@ -46,16 +26,16 @@ func dryRun(ctx context.Context) int {
 
 // dryRunRooms reads the cluster's GPU nodes (read-only), or for the local
 // profile describes the fleet it would create.
-func dryRunRooms(ctx context.Context) ([]nodeRoom, string, error) {
+func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 	if opts.Profile == "local" {
 		fleet, err := profile.LocalFleet(profile.Options{Fleet: opts.Fleet, Scale: opts.Scale})
 		if err != nil {
 			return nil, "", err
 		}
-		var rooms []nodeRoom
+		var rooms []footprint.Node
 		for _, e := range fleet {
 			for i := range e.Count {
-				rooms = append(rooms, nodeRoom{name: fmt.Sprintf("%s-%d", e.Profile.Name, i), gpus: e.Profile.GPUs, free: e.Profile.GPUs})
+				rooms = append(rooms, footprint.Node{Name: fmt.Sprintf("%s-%d", e.Profile.Name, i), GPUs: e.Profile.GPUs, Free: e.Profile.GPUs})
 			}
 		}
 		return rooms, fmt.Sprintf("a new local testbed %q", opts.TestbedName), nil
@@ -72,20 +52,17 @@ func dryRunRooms(ctx context.Context) ([]nodeRoom, string, error) {
 	return rooms, fmt.Sprintf("cluster %q (%s)", env.Name, env.Config.Host), err
 }
 
-func printPlan(w io.Writer, where string, rooms []nodeRoom) {
+func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 	fmt.Fprintf(w, "dry run on %s: nothing is created\n", where)
-	pool := choosePool(rooms, opts.MaxGPUs)
-	free, whole, gpus := 0, 0, 0
+	pool := footprint.Pool(nodes, opts.MaxGPUs)
+	room := footprint.RoomOf(pool)
+	free, whole, gpus := room.Free, room.Whole, 0
 	var names []string
-	for _, r := range pool {
-		gpus += r.gpus
-		free += r.free
-		if r.gpus == 8 && r.free == 8 {
-			whole++
-		}
-		names = append(names, fmt.Sprintf("%s (%d/%d free)", r.name, r.free, r.gpus))
+	for _, n := range pool {
+		gpus += n.GPUs
+		names = append(names, fmt.Sprintf("%s (%d/%d free)", n.Name, n.Free, n.GPUs))
 	}
-	fmt.Fprintf(w, "eligible GPU nodes: %d%s\n", len(rooms), selectorNote())
+	fmt.Fprintf(w, "eligible GPU nodes: %d%s\n", len(nodes), selectorNote())
 	fmt.Fprintf(w, "footprint: --max-gpus=%s: %d nodes, %d GPUs, %d free, %d whole free 8-GPU nodes\n  %s\n",
 		opts.MaxGPUs.String(), len(pool), gpus, free, whole, strings.Join(names, "\n  "))
 	if opts.Queue != "" {
@@ -102,15 +79,15 @@ func printPlan(w io.Writer, where string, rooms []nodeRoom) {
 	shape := func(n, workers, gpus int) string {
 		return fmt.Sprintf("%d x (1 head + %d workers x %d GPUs) = %d GPUs", n, workers, gpus, n*workers*gpus)
 	}
-	fits, over := overcommitted(whole)
+	fits, over := footprint.Overcommitted(room)
 	lines := []struct{ feature, what string }{
-		{"latency", fmt.Sprintf("create at once: %s", shape(latencyClusters(free), 2, 4))},
+		{"latency", fmt.Sprintf("create at once: %s", shape(footprint.LatencyClusters(opts.Scale, room), 2, 4))},
 		{"latency", fmt.Sprintf("overcommitted: %d gangs of 2 x 8 GPUs, %d fit at once%s", over, fits, needs(fits >= 1, "2 whole free nodes"))},
 		{"gang", fmt.Sprintf("fits: %s; too big: %d GPUs; %d contending gangs of %d x 8; exact fill: %s%s",
-			shape(1, 2, 8), free+1, contendingGangs, whole/2, shape(1, whole, 8), needs(whole >= 2, "2 whole free nodes"))},
+			shape(1, 2, 8), free+1, footprint.ContendingGangs, whole/2, shape(1, whole, 8), needs(whole >= 2, "2 whole free nodes"))},
 		{"controller", fmt.Sprintf("valid: %s; leader failover: 1 head + 48 CPU-only workers", shape(1, 2, 4))},
 		{"inventory", "reads GPUInventories, nodes and per-GPU series; XID injection on the local profile only"},
-		{"job", fmt.Sprintf("2 GPUJobs of %s on a queue for one%s", shape(1, jobWorkers(whole), 8), needs(whole >= 1, "a whole free node"))},
+		{"job", fmt.Sprintf("2 GPUJobs of %s on a queue for one%s", shape(1, footprint.JobWorkers(room), 8), needs(whole >= 1, "a whole free node"))},
 	}
 	if opts.RealGPUs {
 		lines = append(lines, struct{ feature, what string }{"accelerators", fmt.Sprintf("nvidia-smi pods on each of the %d pool nodes, one node at a time", len(pool))})

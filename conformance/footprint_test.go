@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/conformance/cli"
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/internal/gfd"
 )
 
@@ -29,24 +28,18 @@ const RunIDLabel = "conformance.gpulab.io/run-id"
 // queue every gang goes to (capability --max-gpus unless one was given).
 // Pods are pinned to the pool, so no scenario can grow past the budget
 // even where Volcano would find room elsewhere.
-type footprint struct {
-	pool     []nodeRoom
+type runFootprint struct {
+	pool     []footprint.Node
 	inPool   map[string]bool
 	poolGPUs int
 	queue    string
 }
 
-var fp footprint
-
-// nodeRoom is a GPU node the run may use: its GPUs and those free now.
-type nodeRoom struct {
-	name       string
-	gpus, free int
-}
+var fp runFootprint
 
 // nodeRooms lists the schedulable GPU nodes that match --node-selector,
 // with the GPUs that bound, live pods already request.
-func nodeRooms(ctx context.Context, c client.Client) ([]nodeRoom, error) {
+func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes, client.MatchingLabels(opts.NodeSelector)); err != nil {
 		return nil, err
@@ -62,13 +55,13 @@ func nodeRooms(ctx context.Context, c client.Client) ([]nodeRoom, error) {
 		}
 		used[p.Spec.NodeName] += podGPUs(&p)
 	}
-	var rooms []nodeRoom
+	var rooms []footprint.Node
 	for _, n := range nodes.Items {
 		alloc := n.Status.Allocatable[gfd.GPUResource]
 		if n.Spec.Unschedulable || alloc.Value() == 0 {
 			continue
 		}
-		rooms = append(rooms, nodeRoom{name: n.Name, gpus: int(alloc.Value()), free: int(alloc.Value() - used[n.Name])})
+		rooms = append(rooms, footprint.Node{Name: n.Name, GPUs: int(alloc.Value()), Free: int(alloc.Value() - used[n.Name])})
 	}
 	return rooms, nil
 }
@@ -87,27 +80,6 @@ func podGPUs(p *corev1.Pod) int64 {
 	return n
 }
 
-// choosePool takes the nodes with the most free GPUs first (whole free
-// nodes make the gang scenarios possible) while their GPUs fit the budget.
-func choosePool(rooms []nodeRoom, budget cli.GPUBudget) []nodeRoom {
-	sorted := append([]nodeRoom(nil), rooms...)
-	sort.Slice(sorted, func(i, j int) bool {
-		if sorted[i].free != sorted[j].free {
-			return sorted[i].free > sorted[j].free
-		}
-		return sorted[i].name < sorted[j].name
-	})
-	var pool []nodeRoom
-	total := 0
-	for _, r := range sorted {
-		if budget.Allows(total + r.gpus) {
-			pool = append(pool, r)
-			total += r.gpus
-		}
-	}
-	return pool
-}
-
 // setupFootprint picks the pool and the queue.
 func setupFootprint(ctx context.Context) error {
 	rooms, err := nodeRooms(ctx, cluster.Client)
@@ -117,14 +89,14 @@ func setupFootprint(ctx context.Context) error {
 	if len(rooms) == 0 {
 		return fmt.Errorf("no schedulable node advertises %s%s", gfd.GPUResource, selectorNote())
 	}
-	pool := choosePool(rooms, opts.MaxGPUs)
+	pool := footprint.Pool(rooms, opts.MaxGPUs)
 	if len(pool) == 0 {
 		return fmt.Errorf("no GPU node fits --max-gpus=%s (the smallest has %d GPUs)", opts.MaxGPUs.String(), smallest(rooms))
 	}
-	fp = footprint{pool: pool, inPool: map[string]bool{}}
-	for _, r := range pool {
-		fp.inPool[r.name] = true
-		fp.poolGPUs += r.gpus
+	fp = runFootprint{pool: pool, inPool: map[string]bool{}}
+	for _, n := range pool {
+		fp.inPool[n.Name] = true
+		fp.poolGPUs += n.GPUs
 	}
 	if opts.Queue != "" {
 		var q schedulingv1beta1.Queue
@@ -156,12 +128,12 @@ func selectorNote() string {
 	return fmt.Sprintf(" with labels %v (--node-selector)", opts.NodeSelector)
 }
 
-func smallest(rooms []nodeRoom) int {
-	n := rooms[0].gpus
-	for _, r := range rooms {
-		n = min(n, r.gpus)
+func smallest(nodes []footprint.Node) int {
+	gpus := nodes[0].GPUs
+	for _, n := range nodes {
+		gpus = min(gpus, n.GPUs)
 	}
-	return n
+	return gpus
 }
 
 func runLabels() map[string]string { return map[string]string{RunIDLabel: opts.RunID} }
@@ -205,9 +177,9 @@ func placePod(spec *corev1.PodSpec, image string) {
 	// A node-name field selector takes one value, so one term (ORed) per
 	// pool node; node names, unlike hostname labels, are always unique.
 	terms := make([]corev1.NodeSelectorTerm, 0, len(fp.pool))
-	for _, r := range fp.pool {
+	for _, n := range fp.pool {
 		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
-			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{r.name}}}})
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n.Name}}}})
 	}
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},

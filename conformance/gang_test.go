@@ -12,6 +12,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -72,7 +73,7 @@ func TestGang(t *testing.T) {
 		assess(results.RequirementGangScheduling, "K gangs contending for room for K/2 are never partly bound, and the waiting ones bind as capacity frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			_, whole := capacity(ctx, t)
-			const k = contendingGangs
+			const k = footprint.ContendingGangs
 			per := int32(whole / (k / 2)) // two gangs fill the whole free nodes
 			for i := range k {
 				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("contend-%d", i), per, 8))

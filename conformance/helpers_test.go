@@ -16,6 +16,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/cli"
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
@@ -211,23 +212,21 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, stri
 // progressEvery is how often a long wait reports on stderr.
 const progressEvery = 5 * time.Second
 
-// freeCapacity is the pool's GPUs not requested by bound, live pods: free
-// GPUs in total and whole free 8-GPU nodes.
+// freeCapacity is the pool's room now: its GPUs not requested by bound,
+// live pods, and its whole free 8-GPU nodes.
 func freeCapacity(ctx context.Context, c client.Client) (free, wholeNodes int, err error) {
-	rooms, err := nodeRooms(ctx, c)
+	nodes, err := nodeRooms(ctx, c)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, r := range rooms {
-		if !fp.inPool[r.name] {
-			continue
-		}
-		free += r.free
-		if r.gpus == 8 && r.free == 8 {
-			wholeNodes++
+	var pool []footprint.Node
+	for _, n := range nodes {
+		if fp.inPool[n.Name] {
+			pool = append(pool, n)
 		}
 	}
-	return free, wholeNodes, nil
+	r := footprint.RoomOf(pool)
+	return r.Free, r.Whole, nil
 }
 
 // createPod creates a pod the assessment owns in the scenario's namespace,

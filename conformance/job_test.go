@@ -14,6 +14,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -27,7 +28,7 @@ func TestJob(t *testing.T) {
 		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			_, whole := freeCapacityOrSkip(ctx, t)
-			workers := jobWorkers(whole)
+			workers := footprint.JobWorkers(footprint.Room{Whole: whole})
 			queue := &schedulingv1beta1.Queue{
 				ObjectMeta: metav1.ObjectMeta{Name: "gpulab-conformance-job-" + opts.RunID, Labels: runLabels()},
 				Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),

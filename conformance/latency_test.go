@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/results"
 )
@@ -28,7 +29,7 @@ func TestLatency(t *testing.T) {
 			if err != nil {
 				fatalf(t, "reading capacity: %v", err)
 			}
-			n := latencyClusters(free)
+			n := footprint.LatencyClusters(opts.Scale, footprint.Room{Free: free})
 			if n < opts.Scale {
 				t.Logf("capacity for %d clusters only (%d free GPUs in the footprint)", n, free)
 			}
@@ -70,7 +71,7 @@ func TestLatency(t *testing.T) {
 				fatalf(t, "reading capacity: %v", err)
 			}
 			// Gangs of two whole nodes, more than fit at once.
-			fits, n := overcommitted(whole)
+			fits, n := footprint.Overcommitted(footprint.Room{Whole: whole})
 			if fits < 1 {
 				skipf(t, "needs 2 whole free 8-GPU nodes in the footprint, found %d", whole)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -30,7 +31,7 @@ type RunOptions struct {
 	OperatorNamespace string // where gpulab's operator runs on kind and cluster
 
 	// Footprint.
-	MaxGPUs      GPUBudget
+	MaxGPUs      footprint.Budget
 	Queue        string            // a Volcano queue to use; default one the run creates with capability = MaxGPUs
 	NodeSelector map[string]string // nodes the run may use, besides advertising nvidia.com/gpu
 	Namespace    string            // one namespace for everything; default a namespace per scenario, created and deleted
@@ -66,44 +67,6 @@ type RunOptions struct {
 	TestArgs []string
 }
 
-// GPUBudget is --max-gpus: a count, or all. Unset, it follows the profile.
-type GPUBudget struct {
-	GPUs int
-	All  bool
-	set  bool
-}
-
-func (b *GPUBudget) String() string {
-	switch {
-	case b.All:
-		return "all"
-	case b.set:
-		return strconv.Itoa(b.GPUs)
-	}
-	return ""
-}
-
-// Set parses a count or "all" (flag.Value).
-func (b *GPUBudget) Set(s string) error {
-	if s == "all" {
-		*b = GPUBudget{All: true, set: true}
-		return nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return fmt.Errorf("want a positive number of GPUs or all, got %q", s)
-	}
-	*b = GPUBudget{GPUs: n, set: true}
-	return nil
-}
-
-// Allows says whether gpus fit the budget.
-func (b GPUBudget) Allows(gpus int) bool { return b.All || gpus <= b.GPUs }
-
-// DefaultClusterBudget is --max-gpus on the kind and cluster profiles: a
-// run on a shared cluster takes a few nodes' worth, not every free GPU.
-const DefaultClusterBudget = 16
-
 // Defaults of the images; every one can be replaced for clusters that
 // pull from a mirror.
 const (
@@ -131,7 +94,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"cluster", "kubeconfig", "cluster profile: kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)", str(&o.Kubeconfig, "")},
 		{"cluster", "context", "cluster profile: kubeconfig context (default its current context)", str(&o.Context, "")},
 		{"cluster", "operator-namespace", "kind, cluster: namespace of gpulab's operator (leader Lease, pods)", str(&o.OperatorNamespace, "gpulab-system")},
-		{"footprint", "max-gpus", fmt.Sprintf("GPUs the run may hold at once, or all (default all on local, %d on kind and cluster)", DefaultClusterBudget), &o.MaxGPUs},
+		{"footprint", "max-gpus", fmt.Sprintf("GPUs the run may hold at once, or all (default all on local, %d on kind and cluster)", footprint.DefaultClusterBudget), &o.MaxGPUs},
 		{"footprint", "queue", "Volcano queue for every gang (default: one the run creates, capability = --max-gpus)", str(&o.Queue, "")},
 		{"footprint", "node-selector", "only nodes with these labels, key=value,... (GPU nodes always)", (*selectorValue)(&o.NodeSelector)},
 		{"footprint", "namespace", "put everything in this existing namespace (default: a namespace per scenario, removed after)", str(&o.Namespace, "")},
@@ -204,11 +167,11 @@ func (o *RunOptions) validate(set map[string]bool) error {
 	default:
 		return fmt.Errorf("--profile=%q: want local, kind or cluster", o.Profile)
 	}
-	if !o.MaxGPUs.set {
+	if !o.MaxGPUs.IsSet() {
 		if o.Profile == "local" {
-			o.MaxGPUs = GPUBudget{All: true}
+			o.MaxGPUs = footprint.Budget{All: true}
 		} else {
-			o.MaxGPUs = GPUBudget{GPUs: DefaultClusterBudget}
+			o.MaxGPUs = footprint.Budget{GPUs: footprint.DefaultClusterBudget}
 		}
 	}
 	if o.Profile == "local" {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulab/gpulab/conformance/footprint"
 )
 
 func TestParseRunDefaults(t *testing.T) {
@@ -26,8 +28,8 @@ func TestParseRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxGPUs.All || c.MaxGPUs.GPUs != DefaultClusterBudget {
-		t.Errorf("cluster budget %+v, want %d", c.MaxGPUs, DefaultClusterBudget)
+	if c.MaxGPUs.All || c.MaxGPUs.GPUs != footprint.DefaultClusterBudget {
+		t.Errorf("cluster budget %+v, want %d", c.MaxGPUs, footprint.DefaultClusterBudget)
 	}
 }
 

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -238,5 +239,38 @@ func TestInterruptedRunCleansUp(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("suite output:\n%s", tail([]byte(log.String())))
+	}
+}
+
+// TestDryRunPrintsThePlan: --dry-run says what a run would use and
+// creates nothing (here: not even the local testbed).
+func TestDryRunPrintsThePlan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the conformance suite; skipped with -short")
+	}
+	build(t)
+	const name = "gpulab-dry-run"
+	tb, err := local.New(local.Options{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(suite, "run", "--dry-run", "--fleet=dgx-h100=32,dgx-a100=2", "--max-gpus=20", "--testbed-name="+name, "--out="+t.TempDir())
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"footprint: --max-gpus=20: 2 nodes, 16 GPUs, 16 free, 2 whole free 8-GPU nodes",
+		"latency      create at once: 2 x (1 head + 2 workers x 4 GPUs) = 16 GPUs",
+		"overcommitted: 2 gangs of 2 x 8 GPUs, 1 fit at once",
+		"run-id=",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the plan lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(tb.Workdir()); !os.IsNotExist(err) {
+		t.Errorf("a dry run created the testbed's directory %s (%v)", tb.Workdir(), err)
 	}
 }

@@ -1,0 +1,113 @@
+// Package footprint is the arithmetic of a conformance run's budget: which
+// GPU nodes a run may use under --max-gpus, and the gang shapes each
+// feature sizes from the room it finds there. The suite and --dry-run share
+// it, so the plan printed is the plan run.
+package footprint
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// Budget is --max-gpus: a count, or all. Unset, it follows the profile.
+type Budget struct {
+	GPUs int
+	All  bool
+	set  bool
+}
+
+// DefaultClusterBudget is --max-gpus on the kind and cluster profiles: a
+// run on a shared cluster takes a few nodes' worth, not every free GPU.
+const DefaultClusterBudget = 16
+
+func (b *Budget) String() string {
+	switch {
+	case b.All:
+		return "all"
+	case b.set || b.GPUs > 0:
+		return strconv.Itoa(b.GPUs)
+	}
+	return ""
+}
+
+// Set parses a count or "all" (flag.Value).
+func (b *Budget) Set(s string) error {
+	if s == "all" {
+		*b = Budget{All: true, set: true}
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want a positive number of GPUs or all, got %q", s)
+	}
+	*b = Budget{GPUs: n, set: true}
+	return nil
+}
+
+// IsSet says whether the flag was given.
+func (b Budget) IsSet() bool { return b.set }
+
+// Allows says whether gpus fit the budget.
+func (b Budget) Allows(gpus int) bool { return b.All || gpus <= b.GPUs }
+
+// Node is a GPU node a run may use: its GPUs and those free now.
+type Node struct {
+	Name       string
+	GPUs, Free int
+}
+
+// Pool takes the nodes with the most free GPUs first (whole free nodes
+// make the gang scenarios possible) while their GPUs fit the budget; a
+// node that would overflow it is passed over for smaller ones.
+func Pool(nodes []Node, budget Budget) []Node {
+	sorted := append([]Node(nil), nodes...)
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].Free != sorted[j].Free {
+			return sorted[i].Free > sorted[j].Free
+		}
+		return sorted[i].Name < sorted[j].Name
+	})
+	var pool []Node
+	total := 0
+	for _, n := range sorted {
+		if budget.Allows(total + n.GPUs) {
+			pool = append(pool, n)
+			total += n.GPUs
+		}
+	}
+	return pool
+}
+
+// Room is what a pool offers now: free GPUs, and whole free 8-GPU nodes.
+type Room struct{ Free, Whole int }
+
+// RoomOf adds up the pool's free GPUs.
+func RoomOf(pool []Node) Room {
+	var r Room
+	for _, n := range pool {
+		r.Free += n.Free
+		if n.GPUs == 8 && n.Free == 8 {
+			r.Whole++
+		}
+	}
+	return r
+}
+
+// LatencyClusters is how many 1 head + 2 x 4-GPU clusters the latency run
+// creates at once: --scale, or as many as the room holds.
+func LatencyClusters(scale int, r Room) int { return min(scale, r.Free/8) }
+
+// Overcommitted is the latency feature's contention run: gangs of two
+// whole nodes, more than fit at once (n > fits). It needs fits >= 1.
+func Overcommitted(r Room) (fits, n int) {
+	fits = r.Whole / 2
+	return fits, fits + max(fits/2, 1)
+}
+
+// ContendingGangs is the gang feature's K gangs, two of which fill the
+// whole free nodes; each has Whole/2 workers of 8 GPUs.
+const ContendingGangs = 4
+
+// JobWorkers is each GPUJob's 8-GPU workers; the job queue fits one gang.
+func JobWorkers(r Room) int { return min(r.Whole, 2) }

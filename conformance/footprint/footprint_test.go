@@ -1,0 +1,99 @@
+package footprint
+
+import (
+	"reflect"
+	"testing"
+)
+
+func budget(t *testing.T, s string) Budget {
+	t.Helper()
+	var b Budget
+	if err := b.Set(s); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func names(nodes []Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func TestBudgetSet(t *testing.T) {
+	for _, bad := range []string{"0", "-8", "some", "", "16.5"} {
+		var b Budget
+		if err := b.Set(bad); err == nil {
+			t.Errorf("--max-gpus=%q accepted", bad)
+		}
+	}
+	if b := budget(t, "all"); !b.All || !b.Allows(1<<20) || b.String() != "all" || !b.IsSet() {
+		t.Errorf("all: %+v", b)
+	}
+	if b := budget(t, "16"); b.All || !b.Allows(16) || b.Allows(17) || b.String() != "16" {
+		t.Errorf("16: %+v", b)
+	}
+	if (Budget{}).IsSet() {
+		t.Error("the zero budget reads as set")
+	}
+}
+
+func TestPool(t *testing.T) {
+	nodes := []Node{
+		{Name: "busy", GPUs: 8, Free: 2},
+		{Name: "b", GPUs: 8, Free: 8},
+		{Name: "a", GPUs: 8, Free: 8},
+		{Name: "small", GPUs: 4, Free: 4},
+		{Name: "c", GPUs: 8, Free: 8},
+	}
+	for _, tc := range []struct {
+		budget string
+		want   []string
+	}{
+		// The freest first, by name among equals.
+		{"16", []string{"a", "b"}},
+		// 20: two whole nodes, then the 4-GPU node fits where an 8 does not.
+		{"20", []string{"a", "b", "small"}},
+		{"8", []string{"a"}},
+		{"4", []string{"small"}},
+		{"3", nil},
+		{"all", []string{"a", "b", "c", "small", "busy"}},
+	} {
+		pool := Pool(nodes, budget(t, tc.budget))
+		if !reflect.DeepEqual(names(pool), tc.want) {
+			t.Errorf("--max-gpus=%s: pool %v, want %v", tc.budget, names(pool), tc.want)
+		}
+		total := 0
+		for _, n := range pool {
+			total += n.GPUs
+		}
+		if b := budget(t, tc.budget); !b.Allows(total) {
+			t.Errorf("--max-gpus=%s: the pool holds %d GPUs", tc.budget, total)
+		}
+	}
+}
+
+func TestShapes(t *testing.T) {
+	nodes := []Node{{Name: "a", GPUs: 8, Free: 8}, {Name: "b", GPUs: 8, Free: 8}, {Name: "c", GPUs: 8, Free: 3}, {Name: "d", GPUs: 4, Free: 4}}
+	r := RoomOf(nodes)
+	if r != (Room{Free: 23, Whole: 2}) {
+		t.Fatalf("room %+v", r)
+	}
+	if n := LatencyClusters(100, r); n != 2 {
+		t.Errorf("latency clusters %d, want 2 (23 free GPUs / 8)", n)
+	}
+	if n := LatencyClusters(1, r); n != 1 {
+		t.Errorf("latency clusters %d at scale 1", n)
+	}
+	for _, tc := range []struct{ whole, fits, n int }{{0, 0, 1}, {1, 0, 1}, {2, 1, 2}, {4, 2, 3}, {10, 5, 7}} {
+		fits, n := Overcommitted(Room{Whole: tc.whole})
+		if fits != tc.fits || n != tc.n || (fits > 0 && n <= fits) {
+			t.Errorf("overcommitted with %d whole nodes: %d fit, %d gangs; want %d, %d (more gangs than fit)", tc.whole, fits, n, tc.fits, tc.n)
+		}
+	}
+	if w := JobWorkers(Room{Whole: 5}); w != 2 {
+		t.Errorf("job workers %d", w)
+	}
+}
