@@ -44,15 +44,6 @@ func (p *plan) assess(req results.Requirement, name string, fn features.Func) *p
 	return p
 }
 
-// assessIf adds an opt-in assessment only when asked for: a run reports
-// what it was asked to test, not the checks it was never meant to run.
-func (p *plan) assessIf(asked bool, req results.Requirement, name string, fn features.Func) *plan {
-	if !asked {
-		return p
-	}
-	return p.assess(req, name, fn)
-}
-
 func (p *plan) feature() features.Feature { return p.builder.Feature() }
 
 var (
