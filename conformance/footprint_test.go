@@ -98,6 +98,9 @@ func setupFootprint(ctx context.Context) error {
 		fp.inPool[n.Name] = true
 		fp.poolGPUs += n.GPUs
 	}
+	if err := checkNamespace(ctx); err != nil {
+		return err
+	}
 	if opts.Queue != "" {
 		var q schedulingv1beta1.Queue
 		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: opts.Queue}, &q); err != nil {
@@ -118,6 +121,23 @@ func setupFootprint(ctx context.Context) error {
 	}
 	fp.queue = q.Name
 	fmt.Printf("footprint: %d GPUs on %d nodes (--max-gpus=%s), queue %s\n", fp.poolGPUs, len(pool), opts.MaxGPUs.String(), fp.queue)
+	return nil
+}
+
+// checkNamespace makes sure --namespace exists: a cluster's must already
+// (the suite does not create what it would not delete); on the local
+// profile the suite owns the testbed and creates it.
+func checkNamespace(ctx context.Context) error {
+	if opts.Namespace == "" {
+		return nil
+	}
+	err := cluster.Client.Get(ctx, client.ObjectKey{Name: opts.Namespace}, &corev1.Namespace{})
+	switch {
+	case apierrors.IsNotFound(err) && cluster.Profile == "local":
+		return cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}})
+	case err != nil:
+		return fmt.Errorf("--namespace %s: %w", opts.Namespace, err)
+	}
 	return nil
 }
 
@@ -234,7 +254,7 @@ func cleanupRun(ctx context.Context) error {
 		}
 		n := 0
 		for _, p := range left.Items {
-			if namespaces[p.Namespace] || p.Labels[RunIDLabel] == opts.RunID || ownedPod(&p, owned) {
+			if namespaces[p.Namespace] || p.Labels[RunIDLabel] == opts.RunID || ownedCluster(p.Labels[gpulabv1alpha1.ClusterLabel], owned) {
 				n++
 			}
 		}
@@ -253,10 +273,9 @@ func cleanupRun(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ownedPod says whether the operator made p for one of the named
-// GPUClusters, or for a GPUJob's cluster (a name ending in "-").
-func ownedPod(p *corev1.Pod, names []string) bool {
-	gc := p.Labels[gpulabv1alpha1.ClusterLabel]
+// ownedCluster says whether gc is one of the named GPUClusters, or a
+// GPUJob's cluster (a name ending in "-").
+func ownedCluster(gc string, names []string) bool {
 	if gc == "" {
 		return false
 	}

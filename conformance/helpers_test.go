@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,23 @@ type scenario struct {
 	recorder *measure.Recorder
 	checked  bool
 	created  []client.Object
-	owned    []string // GPUCluster names, and GPUJob names + "-"
+	// owned are the GPUCluster names it created, and its GPUJob names +
+	// "-"; the recorder reads them from its own goroutine.
+	ownedMu sync.Mutex
+	owned   []string
+}
+
+func (s *scenario) own(name string) {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	s.owned = append(s.owned, name)
+}
+
+// owns says whether a GPUCluster is one the scenario made.
+func (s *scenario) owns(cluster string) bool {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	return ownedCluster(cluster, s.owned)
 }
 
 var nsSeq int
@@ -50,7 +67,12 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 			fatalf(t, "creating namespace: %v", err)
 		}
 	}
-	rec, err := measure.Start(ctx, measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns})
+	in := measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns}
+	if !s.ownNS {
+		// A shared namespace: judge only what this scenario made.
+		in.Follow = s.owns
+	}
+	rec, err := measure.Start(ctx, in)
 	if err != nil {
 		fatalf(t, "starting watches: %v", err)
 	}
@@ -95,7 +117,7 @@ func (s *scenario) cleanup() {
 		}
 		n := 0
 		for _, p := range pods.Items {
-			if s.ownNS || p.Labels[RunIDLabel] == opts.RunID || ownedPod(&p, s.owned) {
+			if s.ownNS || p.Labels[RunIDLabel] == opts.RunID || s.owns(p.Labels[gpulabv1alpha1.ClusterLabel]) {
 				n++
 			}
 		}
@@ -132,7 +154,7 @@ func (s *scenario) create(ctx context.Context, gc *gpulabv1alpha1.GPUCluster) {
 		desired += int(g.Replicas)
 	}
 	placeCluster(&gc.Spec)
-	s.owned = append(s.owned, gc.Name)
+	s.own(gc.Name)
 	s.recorder.Expect(gc.Name, desired, time.Now())
 	if err := s.add(ctx, gc); err != nil {
 		fatalf(s.t, "creating GPUCluster %s: %v", gc.Name, err)
@@ -246,7 +268,7 @@ func (s *scenario) createJob(ctx context.Context, j *gpulabv1alpha1.GPUJob) erro
 		sub.Spec.Containers[i].Command = []string{"sleep", "2"}
 	}
 	sub.Labels = runLabels()
-	s.owned = append(s.owned, j.Name+"-")
+	s.own(j.Name + "-")
 	return s.add(ctx, j)
 }
 

@@ -21,7 +21,8 @@ import (
 // TestInventory: every GPU node has a GPUInventory that agrees with its
 // allocatable nvidia.com/gpu and GFD labels; an unhealthy GPU is reported;
 // every GPU has utilization and memory series (that one evidences KAR-0059;
-// the others are gpulab's own). nvidia-smi on real GPUs is the
+// the others are gpulab's own). XID injection is only on the local
+// profile, where the agent is simulated. nvidia-smi on real GPUs is the
 // accelerators feature (--real-gpus).
 func TestInventory(t *testing.T) {
 	const name = "inventory"
@@ -60,10 +61,7 @@ func TestInventory(t *testing.T) {
 			}
 			return ctx
 		}).
-		assess(results.RequirementNone, "a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			if cluster.Profile != "local" {
-				skipf(t, "XID injection needs the local testbed's simulated agent")
-			}
+		assessIf(opts.Profile == "local", results.RequirementNone, "a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := cluster.Client
 			var nodes corev1.NodeList
 			if err := c.List(ctx, &nodes); err != nil || len(nodes.Items) == 0 {

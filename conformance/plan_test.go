@@ -44,6 +44,16 @@ func (p *plan) assess(req results.Requirement, name string, fn features.Func) *p
 	return p
 }
 
+// assessIf adds an assessment only where it can run (XID injection needs
+// the local testbed's simulated agent): a run reports what it can be asked
+// to test, not checks it could never run.
+func (p *plan) assessIf(can bool, req results.Requirement, name string, fn features.Func) *plan {
+	if !can {
+		return p
+	}
+	return p.assess(req, name, fn)
+}
+
 func (p *plan) feature() features.Feature { return p.builder.Feature() }
 
 var (
@@ -79,7 +89,7 @@ func recorded(feature, name string, req results.Requirement, fn features.Func) f
 	return func(ctx context.Context, t *testing.T, cfg *envconf.Config) (out context.Context) {
 		start := time.Now()
 		setCurrent(feature + ": " + name)
-		t.Cleanup(func() { recordAssessment(feature, name, req, t, time.Since(start)) })
+		t.Cleanup(func() { recordAssessment(feature, name, req, t, time.Since(start), context.Cause(ctx)) })
 		// A signal stopped the run: what is left is not run, and the run
 		// is FAILED for it (main_test.go).
 		if ctx.Err() != nil {
@@ -111,13 +121,17 @@ func currentAssessment() string {
 	return current
 }
 
-func recordAssessment(feature, name string, req results.Requirement, t *testing.T, took time.Duration) {
+// stopped is why the run's context ended (a signal), or nil: an assessment
+// cut short by it is not a verdict on the cluster.
+func recordAssessment(feature, name string, req results.Requirement, t *testing.T, took time.Duration, stopped error) {
 	mu.Lock()
 	defer mu.Unlock()
 	o := outcomeOf(t)
 	delete(outcomes, t)
 	a := results.Assessment{Name: name, Requirement: req, Status: results.StatusPassed, Seconds: took.Seconds()}
 	switch {
+	case t.Failed() && stopped != nil:
+		a.Status, a.Messages, a.Reason = results.StatusSkipped, o.failures, fmt.Sprintf("stopped before it finished (%v)", stopped)
 	case t.Failed():
 		a.Status, a.Messages, a.Reason = results.StatusFailed, o.failures, "failed without a message (see the test log)"
 		if len(o.failures) > 0 {

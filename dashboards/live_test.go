@@ -184,7 +184,7 @@ func TestQueriesOnTestbed(t *testing.T) {
 	}
 	injectXID(t, c, "dgx-a100-0", "7:79")
 
-	runSuite(ctx, t, suite, tb.Kubeconfig(), "http://"+pushAddr, prom.base, filepath.Join(tmp, "conformance"))
+	runSuite(ctx, t, c, suite, tb.Kubeconfig(), ns.Name, "http://"+pushAddr, prom.base, filepath.Join(tmp, "conformance"))
 	t.Logf("conformance run done after %s", time.Since(start).Round(time.Second))
 
 	checkChecker(ctx, t, prom, start)
@@ -479,13 +479,18 @@ func startProcess(t *testing.T, dir, name, bin string, args ...string) {
 // cluster (profile cluster: the operator this test runs serves it) and
 // pushes its results: latency at scale 2, and the inventory feature, whose
 // per-GPU series come from this Prometheus (--prometheus-url), not from the
-// agent. XID injection needs the local profile, so it is not asked for.
-func runSuite(ctx context.Context, t *testing.T, suite, kubeconfig, pushURL, promURL, out string) {
+// agent. Everything goes into the lab's own namespace (--namespace), where
+// the run must delete what it made and nothing else.
+func runSuite(ctx context.Context, t *testing.T, c client.Client, suite, kubeconfig, ns, pushURL, promURL, out string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
+	var before gpulabv1alpha1.GPUClusterList
+	if err := c.List(ctx, &before, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.CommandContext(ctx, suite, "run", "--verbose", "--profile=cluster", "--kubeconfig="+kubeconfig,
-		"--scale=2", "--feature=^(latency|inventory)$", "--skip-assess=critical XID", "--prometheus-url="+promURL,
+		"--scale=2", "--feature=^(latency|inventory)$", "--prometheus-url="+promURL, "--namespace="+ns,
 		"--out="+out, "--pushgateway-url="+pushURL)
 	log, err := cmd.CombinedOutput()
 	if err != nil {
@@ -506,6 +511,13 @@ func runSuite(ctx context.Context, t *testing.T, suite, kubeconfig, pushURL, pro
 	}
 	if perGPU == nil || perGPU.Status != results.StatusPassed || !strings.Contains(string(log), "checked against Prometheus at "+promURL) {
 		t.Errorf("the per-GPU series assessment %+v did not pass from Prometheus at %s:\n%s", perGPU, promURL, tail(log, 8192))
+	}
+	var after gpulabv1alpha1.GPUClusterList
+	if err := c.List(ctx, &after, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Items) != len(before.Items) {
+		t.Errorf("namespace %s held %d GPUClusters before the run and %d after: the run must delete its own and only those", ns, len(before.Items), len(after.Items))
 	}
 	t.Logf("conformance run:\n%s", tail(log, 2048))
 }

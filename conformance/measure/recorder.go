@@ -110,6 +110,12 @@ type RecorderInput struct {
 	// status that counted it) before a verdict that depends on it is
 	// final. Default DefaultPartialGrace.
 	PartialGrace time.Duration
+	// Follow says which GPUClusters to record, by name. Nil follows every
+	// one: right for a namespace the suite made. In a shared namespace the
+	// others existed before the watches started, so their events carry
+	// revisions of their last change, not of their creation, and would be
+	// judged falsely.
+	Follow func(cluster string) bool
 }
 
 // DefaultPartialGrace is two Volcano schedule periods.
@@ -217,18 +223,21 @@ func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer r.notify()
+	follow := func(name string) bool { return name != "" && (r.in.Follow == nil || r.in.Follow(name)) }
 	switch obj := obj.(type) {
 	case *schedulingv1beta1.PodGroup:
 		r.podGroupRV = max(r.podGroupRV, rv)
-		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; name != "" {
+		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; follow(name) {
 			r.observePodGroup(r.timeline(name), kind, rv, now)
 		}
 	case *gpulabv1alpha1.GPUCluster:
 		r.clusterRV = max(r.clusterRV, rv)
-		r.observeCluster(r.timeline(obj.Name), obj, kind, rv, now)
+		if follow(obj.Name) {
+			r.observeCluster(r.timeline(obj.Name), obj, kind, rv, now)
+		}
 	case *corev1.Pod:
 		r.podRV = max(r.podRV, rv)
-		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; name != "" {
+		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; follow(name) {
 			r.observePod(name, r.timeline(name), obj, kind, rv, now)
 		}
 	}

@@ -280,3 +280,30 @@ func TestWaitForReactsToEvents(t *testing.T) {
 		t.Fatal("WaitFor returned for a condition that never held")
 	}
 }
+
+// In a shared namespace the clusters that were there before the watches
+// look like pods made before their PodGroup (events carry their last
+// revision); Follow keeps them out of the verdicts.
+func TestFollowIgnoresOtherClusters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		follow func(string) bool
+		want   int
+	}{
+		{"every cluster", nil, 1},
+		{"only the suite's", func(name string) bool { return name == "mine" }, 0},
+	} {
+		r := newRecorder(RecorderInput{PartialGrace: grace, Follow: tc.follow})
+		r.event(pod("theirs", "0", "a", "node-1", 100), added, at(0))
+		r.event(podGroup("theirs", 101), added, at(0))
+		r.Expect("mine", 1, t0)
+		r.event(podGroup("mine", 200), added, at(0))
+		r.event(pod("mine", "0", "b", "", 201), added, at(0))
+		if v := violations(r, at(2*grace)); len(v) != tc.want {
+			t.Errorf("%s: violations %v, want %d", tc.name, v, tc.want)
+		}
+		if _, seen := r.Timelines()["theirs"]; seen != (tc.follow == nil) {
+			t.Errorf("%s: the other cluster recorded: %v", tc.name, seen)
+		}
+	}
+}
