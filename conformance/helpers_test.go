@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
