@@ -43,17 +43,19 @@ func TestLatency(t *testing.T) {
 			}
 			timeout := opts.ReadyTimeout + time.Duration(n)*200*time.Millisecond
 			err = waitFor(ctx, timeout, func() (bool, string) {
-				ready, bound, pods := 0, 0, 0
-				for _, tl := range s.recorder.Timelines() {
+				ready, bound, partial := 0, 0, 0
+				for name, tl := range s.recorder.Timelines() {
 					if !tl.StatusReady.IsZero() {
 						ready++
 					}
 					if !tl.AllBound.IsZero() {
 						bound++
 					}
-					pods += tl.Pods
+					if b := s.recorder.Bound(name); b > 0 && b < tl.Desired {
+						partial++
+					}
 				}
-				return ready == n, fmt.Sprintf("%d/%d Ready, %d all bound, %d pods", ready, n, bound, pods)
+				return ready == n, fmt.Sprintf("%d/%d Ready, %d bound, %d partly bound now", ready, n, bound, partial)
 			})
 			if err != nil {
 				fatalf(t, "%v", err)
