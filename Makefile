@@ -145,7 +145,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 	shopt -s nullglob; runs=($(NIGHTLY_OUT)/run-*/results.json); \
 	if (( $${#runs[@]} == 0 )); then echo "nightly: no run wrote results" >&2; exit 1; fi; \
 	rc=0; \
-	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median --cluster-name $(TESTBED_NAME) \
+	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median \
 		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL)) "$${runs[@]}" || rc=1; \
 	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) --current $(NIGHTLY_OUT)/median/results.json --max-regression 10% || rc=1; \
 	if (( failed > 0 )); then echo "nightly: $$failed of $(NIGHTLY_RUNS) runs failed" >&2; rc=1; fi; \
