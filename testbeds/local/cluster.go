@@ -20,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -35,6 +36,7 @@ func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
 	utilruntime.Must(schedulingv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(batchv1alpha1.AddToScheme(Scheme))
 	utilruntime.Must(gpulabv1alpha1.AddToScheme(Scheme))
 }
 
