@@ -172,8 +172,8 @@ testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok, Volcano, Prometheu
 	$(TESTBED) build
 
 .PHONY: testbed-up
-testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4) and print its kubeconfig.
-	$(TESTBED) up
+testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator) and print its kubeconfig.
+	$(TESTBED) up $(if $(filter 1 true,$(TESTBED_KUBERAY)),--kuberay)
 
 .PHONY: testbed-down
 testbed-down: $(TESTBED) ## Stop the local testbed and remove its state.

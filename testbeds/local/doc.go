@@ -9,6 +9,9 @@
 // default queue, gpulab's CRDs, and GPU node profiles that look like real
 // DGX machines to the scheduler (capacity, allocatable, GFD labels).
 //
+// Options.KubeRay adds KubeRay's operator as one more kwokctl component,
+// with its CRDs, creating a Volcano PodGroup for every RayCluster.
+//
 // Several testbeds may run at once (each test package brings up its own):
 // the testbed picks every port itself, below the kernel's ephemeral range and
 // apart from the ports other testbeds in the cache recorded, and one bring-up

@@ -61,8 +61,14 @@ var kwokStages = []string{
 
 // renderKwokctlConfig writes the configuration kwokctl creates the cluster
 // from: local binaries only (nothing is downloaded), loopback only, Volcano
-// as two extra components kwokctl supervises, and kwok's stages.
-func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, agent string) ([]byte, error) {
+// (and KubeRay's operator, when kuberay is not nil) as extra components
+// kwokctl supervises, and kwok's stages.
+func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string) ([]byte, error) {
+	components := append(volcano.components(workdir, bins),
+		agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics))
+	if kuberay != nil {
+		components = append(components, kuberay.component(workdir, bins))
+	}
 	docs := []any{
 		kwokctlConfiguration{
 			APIVersion: "config.kwok.x-k8s.io/v1alpha1",
@@ -88,8 +94,7 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 				"kubeSchedulerPort":         volcano.ports.KubeScheduler,
 				"kwokControllerPort":        volcano.ports.KwokController,
 			},
-			Components: append(volcano.components(workdir, bins),
-				agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics)),
+			Components: components,
 			ComponentsPatches: []kwokComponentPatch{
 				{
 					Name:      "kwok-controller",
@@ -130,11 +135,11 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 }
 
 // createCluster writes the kwokctl configuration and runs `kwokctl create cluster`.
-func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup, agent string) error {
+func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string) error {
 	if err := os.MkdirAll(t.stateDir(), 0o755); err != nil {
 		return err
 	}
-	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, agent)
+	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent)
 	if err != nil {
 		return err
 	}
@@ -145,7 +150,11 @@ func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano
 	if err := volcano.writeFiles(); err != nil {
 		return err
 	}
-	fmt.Fprintf(t.opts.Log, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler, vc-controller-manager and gpulab-agent (kwokctl, binary runtime)\n")
+	names := "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler, vc-controller-manager and gpulab-agent"
+	if kuberay != nil {
+		names = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler, vc-controller-manager, gpulab-agent and ray-operator"
+	}
+	fmt.Fprintf(t.opts.Log, "starting %s (kwokctl, binary runtime)\n", names)
 	return t.kwokctl(ctx, bins, "create", "cluster", "--name", t.opts.Name, "--config", configPath, "--runtime", "binary", "--wait", "1m")
 }
 

@@ -28,13 +28,14 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		Etcd: "/c/etcd", KubeAPIServer: "/c/kube-apiserver", KubeControllerManager: "/c/kcm", KubeScheduler: "/c/ks",
 		Kubectl: "/c/kubectl", Kwok: "/c/kwok", Kwokctl: "/c/kwokctl",
 		VolcanoScheduler: "/c/vc-scheduler", VolcanoControllerManager: "/c/vc-controller-manager",
-		KwokModuleDir: kwokDir,
+		KubeRayOperator: "/c/ray-operator", KwokModuleDir: kwokDir,
 	}
 	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml", ports: Ports{
 		SchedulerMetrics: 1, SchedulerHealthz: 2, ControllerManagerHealthz: 3, AgentMetrics: 4,
 		Etcd: 5, EtcdPeer: 6, KubeAPIServer: 7, KubeControllerManager: 8, KubeScheduler: 9, KwokController: 10,
+		KubeRayMetrics: 11, KubeRayHealthz: 12,
 	}}
-	out, err := renderKwokctlConfig("/work", bins, v, "/c/gpulab-agent")
+	out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,5 +78,39 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 	}
 	if strings.Contains(config, "0.0.0.0") {
 		t.Errorf("kwokctl config binds beyond loopback:\n%s", config)
+	}
+	if strings.Contains(config, "ray-operator") {
+		t.Errorf("KubeRay is opt-in, but a testbed without it runs ray-operator:\n%s", config)
+	}
+
+	// With KubeRay: one more component, gang-scheduling through Volcano,
+	// on the testbed's loopback ports.
+	k := &kubeRaySetup{kubeconfig: v.kubeconfig, ports: v.ports, reconcileConcurrency: 4}
+	out, err = renderKwokctlConfig("/work", bins, v, k, "/c/gpulab-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config = string(out)
+	for _, want := range []string{
+		"name: ray-operator",
+		"binary: /c/ray-operator",
+		"--kubeconfig=/work/kubeconfig.yaml",
+		"--batch-scheduler=volcano",
+		"--enable-leader-election=false",
+		"--metrics-addr=127.0.0.1:11",
+		"--health-probe-bind-address=127.0.0.1:12",
+		"--reconcile-concurrency=4",
+		"binary: /c/vc-scheduler",
+	} {
+		if !strings.Contains(config, want) {
+			t.Errorf("kwokctl config with KubeRay lacks %q:\n%s", want, config)
+		}
+	}
+	if strings.Contains(config, "0.0.0.0") {
+		t.Errorf("kwokctl config with KubeRay binds beyond loopback:\n%s", config)
+	}
+	k.reconcileConcurrency = 0
+	if args := strings.Join(k.component("/work", bins).Args, " "); strings.Contains(args, "--reconcile-concurrency") {
+		t.Errorf("reconcile concurrency 0 must keep KubeRay's default, got args %s", args)
 	}
 }

@@ -27,12 +27,17 @@ type Ports struct {
 	SchedulerHealthz         int `json:"schedulerHealthz"`
 	ControllerManagerHealthz int `json:"controllerManagerHealthz"`
 	AgentMetrics             int `json:"agentMetrics"`
+	// KubeRay's operator's, picked for every testbed and used by those
+	// started with Options.KubeRay.
+	KubeRayMetrics int `json:"kubeRayMetrics"`
+	KubeRayHealthz int `json:"kubeRayHealthz"`
 }
 
 func (p *Ports) all() []*int {
 	return []*int{
 		&p.Etcd, &p.EtcdPeer, &p.KubeAPIServer, &p.KubeControllerManager, &p.KubeScheduler, &p.KwokController,
 		&p.SchedulerMetrics, &p.SchedulerHealthz, &p.ControllerManagerHealthz, &p.AgentMetrics,
+		&p.KubeRayMetrics, &p.KubeRayHealthz,
 	}
 }
 

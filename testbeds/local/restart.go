@@ -29,9 +29,10 @@ const (
 	killTimeout = 10 * time.Second
 )
 
-// ComponentNames are the processes of a testbed, as Restart and Components
-// name them.
-func ComponentNames() []string { return slices.Clone(components) }
+// ComponentNames are the processes a testbed can have, as Restart and
+// Components name them; ray-operator runs only in a testbed started with
+// Options.KubeRay.
+func ComponentNames() []string { return slices.Concat(baseComponents, optionalComponents) }
 
 // Restart stops one component of the testbed by the PID in its pid file
 // (only a process this testbed started: SIGTERM, SIGKILL after 30 s), waits
@@ -45,8 +46,11 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if !slices.Contains(components, component) {
-		return fmt.Errorf("unknown component %q, want one of %v", component, components)
+	if slices.Contains(optionalComponents, component) && !slices.Contains(t.components(), component) {
+		return fmt.Errorf("testbed %q runs no %s (it was started without it)", t.opts.Name, component)
+	}
+	if !slices.Contains(t.components(), component) {
+		return fmt.Errorf("unknown component %q, want one of %v", component, t.components())
 	}
 	if _, err := os.Stat(t.Workdir()); err != nil {
 		return fmt.Errorf("testbed %q is not up (no %s)", t.opts.Name, t.Workdir())
@@ -58,17 +62,6 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 		return err
 	}
 	defer lock.Release()
-	pidFile := filepath.Join(t.Workdir(), "pids", component+".pid")
-	pid := readPID(pidFile)
-	if pid > 0 && processAlive(pid) {
-		if err := checkCommand(pid, component); err != nil {
-			// A stale pid file whose number went to another program.
-			fmt.Fprintf(t.opts.Log, "%v\n", err)
-			pid = 0
-		}
-	} else {
-		pid = 0
-	}
 	ports, err := readPorts(t.stateDir())
 	if err != nil {
 		return fmt.Errorf("reading the testbed's ports: %w", err)
@@ -77,6 +70,28 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 	if err != nil {
 		return err
 	}
+	return t.restartLocked(ctx, bins, ports, component)
+}
+
+// runningPID is the component's live pid from its pid file, or 0 when it is
+// not running (or the pid went to another program).
+func (t *Testbed) runningPID(component string) int {
+	pid := readPID(filepath.Join(t.Workdir(), "pids", component+".pid"))
+	if pid <= 0 || !processAlive(pid) {
+		return 0
+	}
+	if err := checkCommand(pid, component); err != nil {
+		// A stale pid file whose number went to another program.
+		fmt.Fprintf(t.opts.Log, "%v\n", err)
+		return 0
+	}
+	return pid
+}
+
+// restartLocked is Restart for a caller that holds the testbed's lock.
+func (t *Testbed) restartLocked(ctx context.Context, bins *binaries.Set, ports Ports, component string) error {
+	pidFile := filepath.Join(t.Workdir(), "pids", component+".pid")
+	pid := t.runningPID(component)
 
 	start := time.Now()
 	if pid == 0 {
@@ -218,6 +233,8 @@ func (t *Testbed) healthCheck(component string, ports Ports) (func(context.Conte
 		return httpHealth("http", ports.ControllerManagerHealthz, "/healthz"), nil
 	case "gpulab-agent":
 		return httpHealth("http", ports.AgentMetrics, "/readyz"), nil
+	case kubeRayComponent:
+		return httpHealth("http", ports.KubeRayHealthz, "/readyz"), nil
 	}
 	return nil, fmt.Errorf("no health check for %q", component)
 }

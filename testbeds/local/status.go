@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,11 +24,25 @@ const (
 	crdTimeout   = time.Minute
 )
 
-// components are the processes of a testbed, by the binary name kwokctl
-// uses for their pid and log files.
-var components = []string{
-	"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
-	"vc-scheduler", "vc-controller-manager", "gpulab-agent",
+// baseComponents are the processes of every testbed, by the binary name
+// kwokctl uses for their pid and log files; optionalComponents run only in
+// testbeds started with them (Options.KubeRay).
+var (
+	baseComponents = []string{
+		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
+		"vc-scheduler", "vc-controller-manager", "gpulab-agent",
+	}
+	optionalComponents = []string{kubeRayComponent}
+)
+
+// components are this testbed's processes: the base ones and those of the
+// features it was started with.
+func (t *Testbed) components() []string {
+	out := slices.Clone(baseComponents)
+	if t.features().KubeRay {
+		out = append(out, kubeRayComponent)
+	}
+	return out
 }
 
 // ComponentStatus is one process of the testbed.
@@ -50,14 +65,18 @@ type Status struct {
 	Nodes, NodesReady, GPUs int
 	// Queue is the default Volcano queue's state ("" when unknown).
 	Queue string
+	// KubeRay says whether the testbed runs KubeRay's operator
+	// (Options.KubeRay).
+	KubeRay bool
 	// APIError is why the API could not be read, if it could not.
 	APIError error
 }
 
 // Components reports every process with its pid, liveness and log path.
 func (t *Testbed) Components() []ComponentStatus {
-	out := make([]ComponentStatus, 0, len(components))
-	for _, name := range components {
+	names := t.components()
+	out := make([]ComponentStatus, 0, len(names))
+	for _, name := range names {
 		s := ComponentStatus{Name: name, Log: filepath.Join(t.Workdir(), "logs", name+".log")}
 		s.PID = readPID(filepath.Join(t.Workdir(), "pids", name+".pid"))
 		s.Running = s.PID > 0 && processAlive(s.PID)
@@ -72,7 +91,7 @@ func (t *Testbed) Status(ctx context.Context) (*Status, error) {
 	if _, err := os.Stat(t.Workdir()); err != nil {
 		return nil, fmt.Errorf("testbed %q is not up (no %s): run `make testbed-up`", t.opts.Name, t.Workdir())
 	}
-	s := &Status{Name: t.opts.Name, Kubeconfig: t.Kubeconfig(), Components: t.Components()}
+	s := &Status{Name: t.opts.Name, Kubeconfig: t.Kubeconfig(), Components: t.Components(), KubeRay: t.features().KubeRay}
 	if ports, err := readPorts(t.stateDir()); err == nil {
 		s.Ports = ports
 	}
@@ -121,13 +140,21 @@ func (t *Testbed) deadComponents() error {
 }
 
 // WaitReady waits until every process runs, every fake node is Ready with its
-// GPUs allocatable and its GPUInventory published, and the default queue is
-// Open. A process that dies fails
-// the wait at once, naming its log.
+// GPUs allocatable and its GPUInventory published, the default queue is
+// Open and, in a testbed with KubeRay, the operator answers its readiness
+// probe. A process that dies fails the wait at once, naming its log.
 func (t *Testbed) WaitReady(ctx context.Context) error {
 	c, err := t.Client()
 	if err != nil {
 		return err
+	}
+	var kubeRayReady func(context.Context) error
+	if t.features().KubeRay {
+		ports, err := readPorts(t.stateDir())
+		if err != nil {
+			return fmt.Errorf("reading the testbed's ports: %w", err)
+		}
+		kubeRayReady = httpHealth("http", ports.KubeRayHealthz, "/readyz")
 	}
 	want := map[string]int64{}
 	for _, n := range t.opts.Fleet.Nodes() {
@@ -181,6 +208,12 @@ func (t *Testbed) WaitReady(ctx context.Context) error {
 		if err := c.Get(ctx, client.ObjectKey{Name: "default"}, &q); err != nil || q.Status.State != schedulingv1beta1.QueueStateOpen {
 			waiting = fmt.Sprintf("the default Volcano queue to be Open (state %q)", q.Status.State)
 			return false, nil
+		}
+		if kubeRayReady != nil {
+			if err := kubeRayReady(ctx); err != nil {
+				waiting = "KubeRay's operator to be ready: " + err.Error()
+				return false, nil
+			}
 		}
 		return true, nil
 	})

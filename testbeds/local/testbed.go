@@ -37,6 +37,13 @@ type Options struct {
 	// AgentBinary is the gpulab-agent that publishes the fake nodes'
 	// inventories. Defaults to one built from the repository.
 	AgentBinary string
+	// KubeRay runs KubeRay's operator (binaries.KubeRayVersion) with its
+	// CRDs, gang-scheduling RayClusters through Volcano. Off by default.
+	KubeRay bool
+	// KubeRayReconcileConcurrency is the operator's --reconcile-concurrency
+	// (RayClusters, RayJobs and RayServices each reconciled at once). 0
+	// keeps KubeRay's default, 1.
+	KubeRayReconcileConcurrency int
 }
 
 // DefaultName is the testbed name when Options.Name is empty.
@@ -104,6 +111,9 @@ func New(opts Options) (*Testbed, error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 2 * time.Minute
 	}
+	if opts.KubeRayReconcileConcurrency < 0 {
+		return nil, fmt.Errorf("KubeRay reconcile concurrency must not be negative, got %d", opts.KubeRayReconcileConcurrency)
+	}
 	return &Testbed{opts: opts}, nil
 }
 
@@ -132,14 +142,14 @@ func (t *Testbed) Workdir() string {
 func (t *Testbed) Kubeconfig() string { return filepath.Join(t.Workdir(), "kubeconfig.yaml") }
 
 // stateDir holds gpulab's own files for the cluster (kwokctl config,
-// Volcano's scheduler conf, chosen ports).
+// Volcano's scheduler conf, chosen ports, the features it runs).
 func (t *Testbed) stateDir() string {
 	return filepath.Join(t.opts.CacheDir, "testbeds", t.opts.Name)
 }
 
 // Up builds what is missing, starts the cluster and waits until the fleet's
 // nodes are Ready with their GPUInventory, Volcano runs and its default
-// queue is Open.
+// queue is Open (and, with Options.KubeRay, KubeRay's operator is ready).
 func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := t.check(); err != nil {
 		return err
@@ -203,8 +213,15 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := writePorts(t.stateDir(), ports); err != nil {
 		return err
 	}
+	if err := writeFeatures(t.stateDir(), featureSet{KubeRay: t.opts.KubeRay}); err != nil {
+		return err
+	}
 	volcano := newVolcanoSetup(t.stateDir(), t.Kubeconfig(), ports)
-	if err := t.createCluster(ctx, bins, volcano, agent); err != nil {
+	var kuberay *kubeRaySetup
+	if t.opts.KubeRay {
+		kuberay = &kubeRaySetup{kubeconfig: t.Kubeconfig(), ports: ports, reconcileConcurrency: t.opts.KubeRayReconcileConcurrency}
+	}
+	if err := t.createCluster(ctx, bins, volcano, kuberay, agent); err != nil {
 		return err
 	}
 	fmt.Fprintf(t.opts.Log, "control plane up in %s\n", time.Since(start).Round(100*time.Millisecond))
@@ -215,6 +232,19 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	}
 	if err := installCRDs(ctx, c, volcano.crdDirs(bins)...); err != nil {
 		return fmt.Errorf("installing Volcano CRDs: %w", err)
+	}
+	if kuberay != nil {
+		if err := installCRDs(ctx, c, kubeRayCRDDir(bins)); err != nil {
+			return fmt.Errorf("installing KubeRay CRDs: %w", err)
+		}
+		// kwokctl starts every component at once, and KubeRay's operator
+		// exits when the API server does not answer yet: start it again
+		// now that the API serves its CRDs (its first log is kept).
+		if t.runningPID(kubeRayComponent) == 0 {
+			if err := t.restartLocked(ctx, bins, ports, kubeRayComponent); err != nil {
+				return err
+			}
+		}
 	}
 	if err := installCRDs(ctx, c, t.opts.CRDDir); err != nil {
 		return fmt.Errorf("installing gpulab CRDs: %w", err)

@@ -17,13 +17,15 @@ import (
 	"github.com/gpulab/gpulab/testbeds/internal/filelock"
 )
 
-// Versions of the third-party components. They move together: Volcano's CRDs
-// and kwok's stages are read from the same module versions that are built.
+// Versions of the third-party components. They move together: Volcano's and
+// KubeRay's CRDs and kwok's stages are read from the same module versions
+// that are built.
 const (
 	EtcdVersion       = "v3.6.16"
 	KubernetesVersion = "v1.37.2"
 	KwokVersion       = "v0.8.0"
 	VolcanoVersion    = "v1.10.0"
+	KubeRayVersion    = "v1.5.0"
 )
 
 // Options configures where binaries are cached and how progress is reported.
@@ -103,9 +105,15 @@ type Set struct {
 	Kwokctl                  string
 	VolcanoScheduler         string
 	VolcanoControllerManager string
+	// KubeRayOperator is KubeRay's ray-operator, which a testbed runs only
+	// when asked to (local.Options.KubeRay).
+	KubeRayOperator string
 
 	// VolcanoModuleDir is volcano.sh/volcano's source (its CRDs live there).
 	VolcanoModuleDir string
+	// KubeRayModuleDir is KubeRay's ray-operator module source; its CRDs
+	// are in config/crd/bases.
+	KubeRayModuleDir string
 	// KwokModuleDir is sigs.k8s.io/kwok's source (its Stage library lives there).
 	KwokModuleDir string
 }
@@ -123,10 +131,12 @@ func (c component) dir(cache string) string {
 	return filepath.Join(cache, "bin", c.name+"-"+c.version)
 }
 
-// components make up the testbed; monitoringComponents are the Prometheus
-// tools the dashboards are checked with, which a testbed does not need.
+// components make up the testbed (KubeRay's operator too: it is built with
+// the rest, so turning it on never waits for a build); monitoringComponents
+// are the Prometheus tools the dashboards are checked with, which a testbed
+// does not need.
 var (
-	components           = []component{etcd, kubernetes, kwok, volcano}
+	components           = []component{etcd, kubernetes, kwok, volcano, kuberay}
 	monitoringComponents = []component{prometheus, pushgateway}
 )
 
@@ -263,6 +273,10 @@ func (b *builder) set(ctx context.Context) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	kuberayDir, err := b.moduleDir(ctx, kuberayModule, KubeRayVersion)
+	if err != nil {
+		return nil, err
+	}
 	return &Set{
 		Etcd:                     path(etcd, "etcd"),
 		KubeAPIServer:            path(kubernetes, "kube-apiserver"),
@@ -273,7 +287,9 @@ func (b *builder) set(ctx context.Context) (*Set, error) {
 		Kwokctl:                  path(kwok, "kwokctl"),
 		VolcanoScheduler:         path(volcano, "vc-scheduler"),
 		VolcanoControllerManager: path(volcano, "vc-controller-manager"),
+		KubeRayOperator:          path(kuberay, "ray-operator"),
 		VolcanoModuleDir:         volcanoDir,
+		KubeRayModuleDir:         kuberayDir,
 		KwokModuleDir:            kwokDir,
 	}, nil
 }

@@ -1,8 +1,8 @@
 // Package binaries builds the local testbed's third-party programs (etcd,
-// the Kubernetes control plane, kwok and Volcano) and the Prometheus tools
-// the dashboards are checked with (Prometheus, promtool, the Pushgateway)
-// from the Go module proxy, because no download site is reachable from
-// where gpulab runs.
+// the Kubernetes control plane, kwok, Volcano and KubeRay's operator) and
+// the Prometheus tools the dashboards are checked with (Prometheus,
+// promtool, the Pushgateway) from the Go module proxy, because no download
+// site is reachable from where gpulab runs.
 //
 // Each component is built once into <cache>/bin/<component>-<version>/ and
 // reused until its version changes. A build writes into a temporary folder

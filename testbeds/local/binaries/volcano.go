@@ -20,7 +20,7 @@ var volcano = component{
 		if err != nil {
 			return err
 		}
-		goMod, err := volcanoGoMod(ctx, b)
+		goMod, err := dependentGoMod(ctx, b, "volcano", "volcano.sh/volcano", VolcanoVersion)
 		if err != nil {
 			return err
 		}
@@ -43,8 +43,12 @@ var volcano = component{
 	},
 }
 
-func volcanoGoMod(ctx context.Context, b *builder) (string, error) {
-	info, err := b.download(ctx, "volcano.sh/volcano", VolcanoVersion)
+// dependentGoMod is the go.mod of a throwaway module named after name that
+// requires module at version and repeats the replace directives of that
+// module's own go.mod: a replace applies only in the main module, so a
+// dependent that leaves them out would build against other versions.
+func dependentGoMod(ctx context.Context, b *builder, name, module, version string) (string, error) {
+	info, err := b.download(ctx, module, version)
 	if err != nil {
 		return "", err
 	}
@@ -54,16 +58,16 @@ func volcanoGoMod(ctx context.Context, b *builder) (string, error) {
 	}
 	upstream, err := modfile.Parse(info.GoMod, data, nil)
 	if err != nil {
-		return "", fmt.Errorf("parsing volcano go.mod: %w", err)
+		return "", fmt.Errorf("parsing the go.mod of %s: %w", module, err)
 	}
 	f := &modfile.File{}
-	if err := f.AddModuleStmt("gpulab.local/build/volcano"); err != nil {
+	if err := f.AddModuleStmt("gpulab.local/build/" + name); err != nil {
 		return "", err
 	}
 	if err := f.AddGoStmt("1.26.0"); err != nil {
 		return "", err
 	}
-	if err := f.AddRequire("volcano.sh/volcano", VolcanoVersion); err != nil {
+	if err := f.AddRequire(module, version); err != nil {
 		return "", err
 	}
 	for _, r := range upstream.Replace {

@@ -1,6 +1,6 @@
 // Command gpulab-testbed builds, starts, inspects and stops gpulab's local
-// testbed: a real Kubernetes control plane, Volcano and kwok fake GPU nodes,
-// all as processes on loopback.
+// testbed: a real Kubernetes control plane, Volcano and kwok fake GPU nodes
+// (and, with --kuberay, KubeRay's operator), all as processes on loopback.
 package main
 
 import (
@@ -22,7 +22,7 @@ const usage = `usage: gpulab-testbed <command> [flags]
 
 commands:
   build    build the testbed binaries from the Go module proxy (cached)
-  up       start the testbed and wait until it is ready
+  up       start the testbed and wait until it is ready (--kuberay: with KubeRay)
   down     stop the testbed and remove its state
   status   show the testbed's processes, nodes and queue
   restart  restart one component by its PID (gpulab-testbed restart kube-apiserver)
@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string) error {
 		"fake GPU nodes as profile=count,... ("+fmt.Sprint(local.ProfileNames())+") [$TESTBED_NODES]")
 	cache := fs.String("cache-dir", "", "cache for binaries and testbed state (default $GPULAB_CACHE or <repo>/.cache)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long `up` waits for nodes, Volcano and the queue")
+	kuberay := fs.Bool("kuberay", false, "up: also run KubeRay's operator "+binaries.KubeRayVersion+" with its CRDs, gang-scheduling RayClusters through Volcano")
+	kuberayConcurrency := fs.Int("kuberay-reconcile-concurrency", 0, "up --kuberay: the operator's --reconcile-concurrency (0: KubeRay's default, 1)")
 	if len(args) == 0 {
 		fs.Usage()
 		return errors.New("missing command")
@@ -75,7 +77,13 @@ func run(ctx context.Context, args []string) error {
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, got %s", *timeout)
 	}
-	tb, err := local.New(local.Options{Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout})
+	if *kuberayConcurrency < 0 {
+		return fmt.Errorf("--kuberay-reconcile-concurrency must not be negative, got %d", *kuberayConcurrency)
+	}
+	tb, err := local.New(local.Options{
+		Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout,
+		KubeRay: *kuberay, KubeRayReconcileConcurrency: *kuberayConcurrency,
+	})
 	if err != nil {
 		return err
 	}
@@ -134,6 +142,9 @@ func printStatus(ctx context.Context, tb *local.Testbed) error {
 	fmt.Printf("\nkube-apiserver https://127.0.0.1:%d, etcd 127.0.0.1:%d, kwok-controller 127.0.0.1:%d", s.Ports.KubeAPIServer, s.Ports.Etcd, s.Ports.KwokController)
 	fmt.Printf("\nvolcano: scheduler metrics http://127.0.0.1:%d/metrics, healthz :%d; controller-manager healthz :%d\ngpulab-agent: metrics http://127.0.0.1:%d/metrics\n",
 		s.Ports.SchedulerMetrics, s.Ports.SchedulerHealthz, s.Ports.ControllerManagerHealthz, s.Ports.AgentMetrics)
+	if s.KubeRay {
+		fmt.Printf("kuberay: ray-operator metrics http://127.0.0.1:%d/metrics, healthz :%d\n", s.Ports.KubeRayMetrics, s.Ports.KubeRayHealthz)
+	}
 	if s.APIError != nil {
 		return fmt.Errorf("API server unreachable: %w", s.APIError)
 	}
