@@ -24,6 +24,7 @@ func TestController(t *testing.T) {
 	const name = "controller"
 	f := newPlan(name).
 		assess(results.RequirementRobustController, "invalid GPUClusters are rejected with their messages", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			gpulabOnly(t, "GPUCluster validation")
 			s := newScenario(ctx, t, name)
 			cases := map[string]func(*gpulabv1alpha1.GPUCluster){
 				"should have at least 1 items":                          func(g *gpulabv1alpha1.GPUCluster) { g.Spec.WorkerGroups = []gpulabv1alpha1.WorkerGroupSpec{} },
@@ -34,7 +35,8 @@ func TestController(t *testing.T) {
 				},
 			}
 			for msg, mutate := range cases {
-				gc := gpuCluster(s.ns, "invalid", 2, 1)
+				gc := gpuCluster("invalid", 2, 1)
+				gc.Namespace = s.ns
 				mutate(gc)
 				err := s.c.Create(ctx, gc)
 				if err == nil || !strings.Contains(err.Error(), msg) {
@@ -44,15 +46,17 @@ func TestController(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementRobustController, "a valid GPUCluster reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			gpulabOnly(t, "GPUCluster reconciliation")
 			s := newScenario(ctx, t, name)
 			start := time.Now()
-			s.create(ctx, gpuCluster(s.ns, "valid", 2, 4))
+			s.gang(ctx, "valid", workerGroup{"workers", 2, 4})
 			s.waitReady(ctx, "valid", opts.ReadyTimeout)
 			measured(results.Value(name, "valid_create_to_ready", "seconds", time.Since(start).Seconds()))
 			s.checkInvariants()
 			return ctx
 		}).
 		assess(results.RequirementRobustController, "the leader killed mid-flight recovers with no duplicate pods", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			gpulabOnly(t, "the gpulab operator's leader failover")
 			s := newScenario(ctx, t, name)
 			holder := cluster.LeaseHolder(ctx)
 			if holder == "" {
@@ -64,7 +68,7 @@ func TestController(t *testing.T) {
 			// pod lands while the rest are still to be made.
 			const workers = 48
 			desired := workers + 1
-			s.create(ctx, gpuCluster(s.ns, "crash", workers, 0))
+			s.gang(ctx, "crash", workerGroup{"workers", workers, 0})
 			// React to the first pod's watch event itself, not a poll.
 			if err := s.recorder.WaitFor(ctx, 30*time.Second, "crash", func(tl measure.Timeline) bool { return tl.Pods > 0 }); err != nil {
 				fatalf(t, "the operator never started creating pods: %v", err)

@@ -43,7 +43,7 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 	if opts.Profile == "kind" {
 		return nil, "", fmt.Errorf("--profile=kind creates its cluster first; dry-run an existing one with --profile=cluster")
 	}
-	env, err := profile.Connect(ctx, profile.Options{Kubeconfig: opts.Kubeconfig, Context: opts.Context, OperatorNamespace: opts.OperatorNamespace})
+	env, err := profile.Connect(ctx, profile.Options{Kubeconfig: opts.Kubeconfig, Context: opts.Context, OperatorNamespace: opts.OperatorNamespace, Workload: opts.Workload})
 	if err != nil {
 		return nil, "", err
 	}
@@ -53,7 +53,7 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 }
 
 func printPlan(w io.Writer, where string, nodes []footprint.Node) {
-	fmt.Fprintf(w, "dry run on %s: nothing is created\n", where)
+	fmt.Fprintf(w, "dry run on %s (--workload=%s): nothing is created\n", where, opts.Workload)
 	pool := footprint.Pool(nodes, opts.MaxGPUs)
 	room := footprint.RoomOf(pool)
 	free, whole, gpus := room.Free, room.Whole, 0

@@ -168,18 +168,6 @@ func label(obj client.Object) {
 	obj.SetLabels(l)
 }
 
-// placeCluster puts a GPUCluster spec the suite made into the footprint:
-// its queue (unless the scenario picked one), --image and the pool.
-func placeCluster(spec *gpulabv1alpha1.GPUClusterSpec) {
-	if spec.Scheduling.Queue == "" {
-		spec.Scheduling.Queue = fp.queue
-	}
-	placePod(&spec.Head.Template.Spec, opts.Image)
-	for i := range spec.WorkerGroups {
-		placePod(&spec.WorkerGroups[i].Template.Spec, opts.Image)
-	}
-}
-
 // placePod pins a pod to the pool and --node-selector, tolerates the GPU
 // taint GPU nodes commonly carry, and sets the image when one is given.
 func placePod(spec *corev1.PodSpec, image string) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -37,7 +36,7 @@ func TestGang(t *testing.T) {
 		assess(results.RequirementGangScheduling, "a gang that fits binds all-or-nothing and reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			capacity(ctx, t)
-			s.create(ctx, gpuCluster(s.ns, "fits", 2, 8))
+			s.gang(ctx, "fits", workerGroup{"workers", 2, 8})
 			s.waitReady(ctx, "fits", opts.ReadyTimeout)
 			s.checkInvariants()
 			return ctx
@@ -47,14 +46,9 @@ func TestGang(t *testing.T) {
 			free, whole := capacity(ctx, t)
 			// Volcano may see room outside the footprint, but every pod is
 			// pinned to the pool, so the pool's free capacity is the room.
-			gc := gpuCluster(s.ns, "too-big", int32(whole), 8)
 			// One more GPU than is free: every whole free node plus one GPU.
 			extra := int32(free - whole*8 + 1)
-			gc.Spec.WorkerGroups = append(gc.Spec.WorkerGroups, gpulabv1alpha1.WorkerGroupSpec{
-				Name: "extra", Replicas: 1, Template: gc.Spec.WorkerGroups[0].Template,
-				GPUs: &gpulabv1alpha1.GPURequest{PerPod: &extra},
-			})
-			s.create(ctx, gc)
+			s.gang(ctx, "too-big", workerGroup{"workers", int32(whole), 8}, workerGroup{"extra", 1, extra})
 			window := time.Now().Add(opts.WaitWindow)
 			reported := false
 			for time.Now().Before(window) && ctx.Err() == nil {
@@ -65,7 +59,7 @@ func TestGang(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			if !reported {
-				failf(t, "the gang never reported Unschedulable: %s", describe(s.get(ctx, "too-big")))
+				failf(t, "the gang never reported Unschedulable: %s", workload().describe(ctx, s, "too-big"))
 			}
 			s.checkInvariants()
 			return ctx
@@ -76,7 +70,7 @@ func TestGang(t *testing.T) {
 			const k = footprint.ContendingGangs
 			per := int32(whole / (k / 2)) // two gangs fill the whole free nodes
 			for i := range k {
-				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("contend-%d", i), per, 8))
+				s.gang(ctx, fmt.Sprintf("contend-%d", i), workerGroup{"workers", per, 8})
 			}
 			ready := map[string]bool{}
 			start := time.Now()
@@ -91,7 +85,7 @@ func TestGang(t *testing.T) {
 				}
 				for i := range k {
 					n := fmt.Sprintf("contend-%d", i)
-					if ready[n] || s.get(ctx, n).Status.Phase != gpulabv1alpha1.ClusterReady {
+					if ready[n] || !gangReady(s.recorder.Timelines()[n]) {
 						continue
 					}
 					ready[n] = true
@@ -113,7 +107,7 @@ func TestGang(t *testing.T) {
 		assess(results.RequirementGangScheduling, "an exact fill of the free capacity binds", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
 			_, whole := capacity(ctx, t)
-			s.create(ctx, gpuCluster(s.ns, "exact", int32(whole), 8))
+			s.gang(ctx, "exact", workerGroup{"workers", int32(whole), 8})
 			s.waitReady(ctx, "exact", opts.ReadyTimeout)
 			s.checkInvariants()
 			return ctx
@@ -121,15 +115,14 @@ func TestGang(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// unschedulable says whether the gang reports it cannot be placed: the
-// operator's Schedulable=False, or Volcano's PodGroup condition.
+// unschedulable says whether the gang reports it cannot be placed: gpulab's
+// Schedulable=False, or (any workload) its PodGroup's Unschedulable.
 func unschedulable(ctx context.Context, s *scenario) bool {
-	gc := s.get(ctx, "too-big")
-	if meta.IsStatusConditionFalse(gc.Status.Conditions, gpulabv1alpha1.ConditionSchedulable) {
+	if opts.Workload == "gpucluster" && meta.IsStatusConditionFalse(s.get(ctx, "too-big").Status.Conditions, gpulabv1alpha1.ConditionSchedulable) {
 		return true
 	}
-	var pg schedulingv1beta1.PodGroup
-	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: gpulabv1alpha1.PodGroupName("too-big")}, &pg); err != nil {
+	pg, err := podGroupOf(ctx, s, "too-big")
+	if err != nil {
 		return false
 	}
 	for _, c := range pg.Status.Conditions {

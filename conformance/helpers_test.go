@@ -11,12 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/conformance/cli"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/internal/poll"
@@ -34,6 +32,7 @@ type scenario struct {
 	recorder *measure.Recorder
 	checked  bool
 	created  []client.Object
+	gangs    map[string]client.Object
 	// owned are the GPUCluster names it created, and its GPUJob names +
 	// "-"; the recorder reads them from its own goroutine.
 	ownedMu sync.Mutex
@@ -59,7 +58,7 @@ var nsSeq int
 // when one was given, and starts watching it.
 func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 	t.Helper()
-	s := &scenario{t: t, feature: feature, ns: opts.Namespace, c: cluster.Client}
+	s := &scenario{t: t, feature: feature, ns: opts.Namespace, c: cluster.Client, gangs: map[string]client.Object{}}
 	if s.ns == "" {
 		nsSeq++
 		s.ns, s.ownNS = fmt.Sprintf("gpulab-conformance-%s-%d-%s", feature, nsSeq, opts.RunID[strings.LastIndex(opts.RunID, "-")+1:]), true
@@ -67,7 +66,7 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 			fatalf(t, "creating namespace: %v", err)
 		}
 	}
-	in := measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns}
+	in := measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns, Workload: workload().recorded()}
 	if !s.ownNS {
 		// A shared namespace: judge only what this scenario made.
 		in.Follow = s.owns
@@ -125,40 +124,27 @@ func (s *scenario) cleanup() {
 	})
 }
 
-// gpuCluster is a head (no GPUs) and one worker group of n pods × gpus.
-func gpuCluster(ns, name string, n, gpus int32) *gpulabv1alpha1.GPUCluster {
-	tmpl := func(c string) corev1.PodTemplateSpec {
-		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: c, Image: cli.DefaultImage,
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}},
-		}}}}
-	}
-	gc := &gpulabv1alpha1.GPUCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: gpulabv1alpha1.GPUClusterSpec{
-			Head:         gpulabv1alpha1.HeadSpec{Template: tmpl("head")},
-			WorkerGroups: []gpulabv1alpha1.WorkerGroupSpec{{Name: "workers", Replicas: n, Template: tmpl("worker")}},
-		},
-	}
-	if gpus > 0 {
-		gc.Spec.WorkerGroups[0].GPUs = &gpulabv1alpha1.GPURequest{PerPod: &gpus}
-	}
-	return gc
-}
-
-// create creates a cluster and tells the recorder when and how big.
-func (s *scenario) create(ctx context.Context, gc *gpulabv1alpha1.GPUCluster) {
+// gang creates a gang of the run's workload and tells the recorder when
+// and how big.
+func (s *scenario) gang(ctx context.Context, name string, groups ...workerGroup) {
 	s.t.Helper()
 	desired := 1
-	for _, g := range gc.Spec.WorkerGroups {
-		desired += int(g.Replicas)
+	for _, g := range groups {
+		desired += int(g.n)
 	}
-	placeCluster(&gc.Spec)
-	s.own(gc.Name)
-	s.recorder.Expect(gc.Name, desired, time.Now())
-	if err := s.add(ctx, gc); err != nil {
-		fatalf(s.t, "creating GPUCluster %s: %v", gc.Name, err)
+	obj := workload().build(name, groups)
+	s.own(name)
+	s.recorder.Expect(name, desired, time.Now())
+	if err := s.add(ctx, obj); err != nil {
+		fatalf(s.t, "creating %s %s: %v", workload().recorded().Kind(), name, err)
 	}
+	s.gangs[name] = obj
+}
+
+// gpuCluster is a GPUCluster of one worker group of n pods × gpus, placed
+// in the footprint but not created (for the checks that create their own).
+func gpuCluster(name string, n, gpus int32) *gpulabv1alpha1.GPUCluster {
+	return gpuClusters{}.build(name, []workerGroup{{"workers", n, gpus}}).(*gpulabv1alpha1.GPUCluster)
 }
 
 func (s *scenario) get(ctx context.Context, name string) *gpulabv1alpha1.GPUCluster {
@@ -169,22 +155,26 @@ func (s *scenario) get(ctx context.Context, name string) *gpulabv1alpha1.GPUClus
 	return gc
 }
 
-// waitReady waits for status Ready, failing the feature with the last
-// status seen.
+// waitReady waits until the gang is Ready (gangReady), failing the
+// assessment with the last state seen.
 func (s *scenario) waitReady(ctx context.Context, name string, timeout time.Duration) {
 	s.t.Helper()
 	err := waitFor(ctx, timeout, func() (bool, string) {
-		gc := s.get(ctx, name)
-		return gc.Status.Phase == gpulabv1alpha1.ClusterReady, describe(gc)
+		return gangReady(s.recorder.Timelines()[name]), workload().describe(ctx, s, name)
 	})
 	if err != nil {
-		fatalf(s.t, "GPUCluster %s not Ready: %v", name, err)
+		fatalf(s.t, "%s %s not Ready: %v", workload().recorded().Kind(), name, err)
 	}
 }
 
+// delete deletes a gang the scenario made.
 func (s *scenario) delete(ctx context.Context, name string) {
 	s.t.Helper()
-	err := s.c.Delete(ctx, &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}})
+	obj, ok := s.gangs[name]
+	if !ok {
+		fatalf(s.t, "no gang %s to delete", name)
+	}
+	err := s.c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {
 		fatalf(s.t, "deleting %s: %v", name, err)
 	}
@@ -258,10 +248,9 @@ func (s *scenario) createPod(ctx context.Context, pod *corev1.Pod) error {
 	return s.add(ctx, pod)
 }
 
-// createJob creates a GPUJob whose cluster and submitter stay in the
-// footprint; the submitter runs --submitter-image and exits.
+// createJob creates a GPUJob whose submitter stays in the footprint (its
+// cluster template comes from gpuCluster) and runs --submitter-image.
 func (s *scenario) createJob(ctx context.Context, j *gpulabv1alpha1.GPUJob) error {
-	placeCluster(j.Spec.ClusterTemplate)
 	sub := &j.Spec.Submitter
 	placePod(&sub.Spec, opts.SubmitImage)
 	for i := range sub.Spec.Containers {

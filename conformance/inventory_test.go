@@ -28,6 +28,7 @@ func TestInventory(t *testing.T) {
 	const name = "inventory"
 	f := newPlan(name).
 		assess(results.RequirementNone, "every GPU node's inventory agrees with its allocatable and labels", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			needGPULab(t)
 			c := cluster.Client
 			var nodes corev1.NodeList
 			if err := c.List(ctx, &nodes); err != nil {
@@ -89,6 +90,7 @@ func TestInventory(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementAcceleratorMetrics, "every GPU has utilization and memory series", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			needGPULab(t)
 			have, source := gpuSeries(ctx, t)
 			var invs gpulabv1alpha1.GPUInventoryList
 			if err := cluster.Client.List(ctx, &invs); err != nil {
@@ -114,6 +116,15 @@ func TestInventory(t *testing.T) {
 			return ctx
 		}).feature()
 	testenv.Test(t, f)
+}
+
+// needGPULab skips an assessment of gpulab's agent where gpulab is not
+// installed (a KubeRay or Volcano Job cluster measured as it is).
+func needGPULab(t *testing.T) {
+	t.Helper()
+	if !cluster.HasGPULab {
+		skipf(t, "gpulab's GPUInventory CRD is not installed")
+	}
 }
 
 // gpuSeries reads which GPUs have per-GPU series: from --prometheus-url

@@ -26,6 +26,7 @@ func TestJob(t *testing.T) {
 	const name = "job"
 	f := newPlan(name).
 		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			gpulabOnly(t, "GPUJob")
 			s := newScenario(ctx, t, name)
 			_, whole := freeCapacityOrSkip(ctx, t)
 			workers := footprint.JobWorkers(footprint.Room{Whole: whole})
@@ -41,7 +42,7 @@ func TestJob(t *testing.T) {
 			for _, job := range []string{"first", "second"} {
 				// A job's first cluster is <job>-1: watch it from the start.
 				s.recorder.Expect(job+"-1", workers+1, time.Now())
-				gc := gpuCluster(s.ns, job, int32(workers), 8)
+				gc := gpuCluster(job, int32(workers), 8)
 				gc.Spec.Scheduling.Queue = queue.Name
 				j := &gpulabv1alpha1.GPUJob{
 					ObjectMeta: metav1.ObjectMeta{Name: job},

@@ -39,13 +39,13 @@ func TestLatency(t *testing.T) {
 			before := scrapeLeader(ctx, t)
 			start := time.Now()
 			for i := range n {
-				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("lat-%03d", i), 2, 4))
+				s.gang(ctx, fmt.Sprintf("lat-%03d", i), workerGroup{"workers", 2, 4})
 			}
 			timeout := opts.ReadyTimeout + time.Duration(n)*200*time.Millisecond
 			err = waitFor(ctx, timeout, func() (bool, string) {
 				ready, bound, partial := 0, 0, 0
 				for name, tl := range s.recorder.Timelines() {
-					if !tl.StatusReady.IsZero() {
+					if gangReady(tl) {
 						ready++
 					}
 					if !tl.AllBound.IsZero() {
@@ -78,14 +78,14 @@ func TestLatency(t *testing.T) {
 				skipf(t, "needs 2 whole free 8-GPU nodes in the footprint, found %d", whole)
 			}
 			for i := range n {
-				s.create(ctx, gpuCluster(s.ns, fmt.Sprintf("over-%03d", i), 2, 8))
+				s.gang(ctx, fmt.Sprintf("over-%03d", i), workerGroup{"workers", 2, 8})
 			}
 			// Free the room of each gang as soon as it is Ready, so the
 			// waiting ones bind in turn.
 			done := map[string]bool{}
 			err = waitFor(ctx, opts.ReadyTimeout+time.Duration(n)*time.Second, func() (bool, string) {
 				for name, tl := range s.recorder.Timelines() {
-					if !done[name] && !tl.StatusReady.IsZero() {
+					if !done[name] && gangReady(tl) {
 						done[name] = true
 						s.delete(ctx, name)
 					}
@@ -110,8 +110,10 @@ func TestLatency(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// scrapeLeader reads the gpulab operator's /metrics (local profile, gpulab
+// workload): the work it took is the delta of two scrapes.
 func scrapeLeader(ctx context.Context, t *testing.T) measure.Scrape {
-	if cluster.Profile != "local" {
+	if cluster.Profile != "local" || opts.Workload != "gpucluster" {
 		return nil
 	}
 	leader, err := cluster.Leader(ctx)

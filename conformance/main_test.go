@@ -93,7 +93,7 @@ func TestMain(m *testing.M) {
 		cluster, err = profile.Setup(ctx, profile.Options{
 			Profile: o.Profile, Kubeconfig: o.Kubeconfig, Context: o.Context, Scale: o.Scale, Fleet: o.Fleet,
 			OutDir: filepath.Join(out, "logs"), OperatorBinary: o.OperatorBinary, Keep: o.Keep, Log: os.Stdout,
-			TestbedName: o.TestbedName, OperatorNamespace: o.OperatorNamespace,
+			TestbedName: o.TestbedName, OperatorNamespace: o.OperatorNamespace, Workload: o.Workload,
 		})
 		if err != nil {
 			setupErr = fmt.Errorf("profile %s: %w", o.Profile, err)
@@ -178,7 +178,7 @@ func report(testsCode int, out string) int {
 
 func withSuiteVersion(e results.Environment) results.Environment {
 	v := version.Get()
-	e.SuiteVersion, e.SuiteCommit = v.Version, v.Commit
+	e.SuiteVersion, e.SuiteCommit, e.Workload = v.Version, v.Commit, opts.Workload
 	return e
 }
 

@@ -40,6 +40,7 @@ type RunOptions struct {
 	DryRun       bool
 
 	// What to test.
+	Workload                                   string // gpucluster, raycluster or vcjob
 	Features, SkipFeatures, Assess, SkipAssess string
 	Scale                                      int
 	WaitWindow, ReadyTimeout                   time.Duration
@@ -101,6 +102,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"footprint", "image", "image of the workload pods", str(&o.Image, DefaultImage)},
 		{"footprint", "submitter-image", "image of GPUJob submitters (runs `sleep 2`; must exit 0)", str(&o.SubmitImage, DefaultSubmitImage)},
 		{"footprint", "dry-run", "print the plan (features, gangs, GPUs, nodes) and create nothing", boolean(&o.DryRun)},
+		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay) or vcjob (Volcano Job)", str(&o.Workload, "gpucluster")},
 		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},
 		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
 		{"what to test", "assess", "only assessments matching this regexp", str(&o.Assess, "")},
@@ -189,6 +191,11 @@ func (o *RunOptions) validate(set map[string]bool) error {
 				return fmt.Errorf("--%s %s; --profile=%s has its own nodes and operator", name, what, o.Profile)
 			}
 		}
+	}
+	switch o.Workload {
+	case "gpucluster", "raycluster", "vcjob":
+	default:
+		return fmt.Errorf("--workload=%q: want gpucluster, raycluster or vcjob", o.Workload)
 	}
 	if o.Scale < 1 {
 		return fmt.Errorf("--scale must be at least 1, got %d", o.Scale)

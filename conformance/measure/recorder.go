@@ -8,6 +8,7 @@ package measure
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -23,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/poll"
 )
 
@@ -110,7 +110,9 @@ type RecorderInput struct {
 	// status that counted it) before a verdict that depends on it is
 	// final. Default DefaultPartialGrace.
 	PartialGrace time.Duration
-	// Follow says which GPUClusters to record, by name. Nil follows every
+	// Workload is the kind of gang followed. Default GPUClusters.
+	Workload Workload
+	// Follow says which gangs to record, by name. Nil follows every
 	// one: right for a namespace the suite made. In a shared namespace the
 	// others existed before the watches started, so their events carry
 	// revisions of their last change, not of their creation, and would be
@@ -152,6 +154,9 @@ func newRecorder(in RecorderInput) *Recorder {
 	if in.PartialGrace == 0 {
 		in.PartialGrace = DefaultPartialGrace
 	}
+	if in.Workload == nil {
+		in.Workload = GPUClusters{}
+	}
 	return &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]map[string]bool{}, changed: make(chan struct{}), cancel: func() {}}
 }
 
@@ -163,7 +168,7 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 		return nil, err
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
-	for _, obj := range []client.Object{&corev1.Pod{}, &schedulingv1beta1.PodGroup{}, &gpulabv1alpha1.GPUCluster{}} {
+	for _, obj := range []client.Object{&corev1.Pod{}, &schedulingv1beta1.PodGroup{}, r.in.Workload.Object()} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			r.cancel()
@@ -224,23 +229,35 @@ func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 	defer r.mu.Unlock()
 	defer r.notify()
 	follow := func(name string) bool { return name != "" && (r.in.Follow == nil || r.in.Follow(name)) }
+	owner := r.in.Workload.Kind()
 	switch obj := obj.(type) {
 	case *schedulingv1beta1.PodGroup:
 		r.podGroupRV = max(r.podGroupRV, rv)
-		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; follow(name) {
+		if name := gangOf(obj, owner); follow(name) {
 			r.observePodGroup(r.timeline(name), kind, rv, now)
-		}
-	case *gpulabv1alpha1.GPUCluster:
-		r.clusterRV = max(r.clusterRV, rv)
-		if follow(obj.Name) {
-			r.observeCluster(r.timeline(obj.Name), obj, kind, rv, now)
 		}
 	case *corev1.Pod:
 		r.podRV = max(r.podRV, rv)
-		if name := obj.Labels[gpulabv1alpha1.ClusterLabel]; follow(name) {
+		if name := gangOf(obj, owner); follow(name) {
 			r.observePod(name, r.timeline(name), obj, kind, rv, now)
 		}
+	default:
+		if !r.isWorkload(obj) {
+			return
+		}
+		r.clusterRV = max(r.clusterRV, rv)
+		if follow(obj.GetName()) {
+			r.observeWorkload(r.timeline(obj.GetName()), obj, kind, rv, now)
+		}
 	}
+}
+
+// isWorkload says whether obj is of the followed workload's type.
+func (r *Recorder) isWorkload(obj client.Object) bool {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.GetKind() == r.in.Workload.Kind()
+	}
+	return reflect.TypeOf(obj) == reflect.TypeOf(r.in.Workload.Object())
 }
 
 func (r *Recorder) notify() {
@@ -262,23 +279,19 @@ func (r *Recorder) observePodGroup(t *Timeline, kind eventKind, rv int64, now ti
 	}
 }
 
-func (r *Recorder) observeCluster(t *Timeline, gc *gpulabv1alpha1.GPUCluster, kind eventKind, rv int64, now time.Time) {
-	if kind == deleted || kind == deletedUnknown || !gc.DeletionTimestamp.IsZero() {
+func (r *Recorder) observeWorkload(t *Timeline, obj client.Object, kind eventKind, rv int64, now time.Time) {
+	if kind == deleted || kind == deletedUnknown || !obj.GetDeletionTimestamp().IsZero() {
 		if t.deletedRV == 0 {
 			t.deletedRV = rv
 		}
 		return
 	}
-	desired := 1
-	for _, g := range gc.Spec.WorkerGroups {
-		desired += int(g.Replicas)
-	}
-	t.Desired = desired
-	if gc.Status.Phase == gpulabv1alpha1.ClusterReady && t.StatusReady.IsZero() {
+	st := r.in.Workload.Read(obj)
+	t.Desired = st.Desired
+	if st.Ready && t.StatusReady.IsZero() {
 		t.StatusReady = now
 	}
-	claims := gc.Status.Phase == gpulabv1alpha1.ClusterReady || meta.IsStatusConditionTrue(gc.Status.Conditions, gpulabv1alpha1.ConditionReady)
-	if claims && t.claimRV == 0 {
+	if st.Claim && t.claimRV == 0 {
 		t.claimRV, t.claimAt = rv, now
 	}
 	r.update(t, now)
@@ -289,7 +302,7 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 	if _, seen := t.created[uid]; !seen && kind == added {
 		t.created[uid] = podCreation{name: p.Name, rv: rv, grouped: p.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] != "", seen: now}
 	}
-	slot := name + "/" + p.Labels[gpulabv1alpha1.GroupLabel] + "/" + p.Labels[gpulabv1alpha1.IndexLabel]
+	slot := r.in.Workload.Slot(name, p)
 	gone := kind == deleted || kind == deletedUnknown || !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 	if gone {
 		if s, ok := t.pods[p.Name]; ok && s.uid == uid {

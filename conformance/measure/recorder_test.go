@@ -29,6 +29,7 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 func pod(cluster, index, uid, node string, rv int) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: cluster + "-w-" + index, UID: types.UID(uid), ResourceVersion: strconv.Itoa(rv),
+			OwnerReferences: ownedBy("GPUCluster", cluster),
 			Labels: map[string]string{
 				gpulabv1alpha1.ClusterLabel: cluster, gpulabv1alpha1.GroupLabel: "w", gpulabv1alpha1.IndexLabel: index},
 			Annotations: map[string]string{schedulingv1beta1.KubeGroupNameAnnotationKey: cluster + "-pg"}},
@@ -44,7 +45,12 @@ func ready(p *corev1.Pod) *corev1.Pod {
 
 func podGroup(cluster string, rv int) *schedulingv1beta1.PodGroup {
 	return &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: cluster + "-pg", ResourceVersion: strconv.Itoa(rv),
-		Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster}}}
+		OwnerReferences: ownedBy("GPUCluster", cluster), Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster}}}
+}
+
+// ownedBy is a controller owner reference, as operators set them.
+func ownedBy(kind, name string) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: "v1", Kind: kind, Name: name, UID: types.UID(name), Controller: new(true)}}
 }
 
 // gpuCluster has workers worker replicas (so workers+1 desired pods).

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +39,10 @@ type Options struct {
 	Context string
 	// OperatorNamespace is where gpulab's operator runs (kind, cluster).
 	OperatorNamespace string
+	// Workload is the gangs the run measures: gpucluster (default),
+	// raycluster or vcjob. It decides what the cluster must have, and the
+	// local profile runs KubeRay's operator for raycluster.
+	Workload string
 	// Scale sizes the local fleet: Scale+Scale/4+3 dgx-h100 nodes, enough for
 	// Scale latency clusters of 8 GPUs with room to spare.
 	Scale int
@@ -67,7 +69,10 @@ type Environment struct {
 	Operators []*OperatorProcess // local only
 	// Name names the cluster: the testbed's, kind's, or the kubeconfig
 	// context's ("in-cluster" for a pod's own config).
-	Name              string
+	Name string
+	// HasGPULab says gpulab's CRDs are served (the operator and agent
+	// features need them; the raycluster and vcjob workloads do not).
+	HasGPULab         bool
 	operatorBinary    string
 	operatorNamespace string
 	testbed           *local.Testbed
@@ -126,7 +131,8 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	if opts.TestbedName == "" {
 		opts.TestbedName = "gpulab-conformance"
 	}
-	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute})
+	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute,
+		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +140,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		return nil, err
 	}
 	// keep applies once setup succeeded; a failed setup always cleans up.
-	env := &Environment{Profile: "local", Name: opts.TestbedName, testbed: tb}
+	env := &Environment{Profile: "local", Name: opts.TestbedName, HasGPULab: true, testbed: tb}
 	fail := func(err error) (*Environment, error) {
 		return nil, errors.Join(err, env.Teardown(context.WithoutCancel(ctx)))
 	}
@@ -234,21 +240,20 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	var missing []string
-	for _, crd := range []string{"gpuclusters.gpulab.io", "gpuinventories.gpulab.io", "podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"} {
-		err := c.Get(ctx, client.ObjectKey{Name: crd}, &apiextensionsv1.CustomResourceDefinition{})
-		switch {
-		case apierrors.IsNotFound(err):
-			missing = append(missing, crd)
-		case err != nil:
-			// Forbidden, a timeout: not evidence that it is missing.
-			return nil, fmt.Errorf("checking CRD %s: %w", crd, err)
-		}
+	missing, hasGPULab, err := missingCRDs(ctx, c, opts.Workload)
+	if err != nil {
+		return nil, err
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("the cluster lacks %v: install Volcano and gpulab (kubectl apply --server-side -k operator/config/default)", missing)
+		return nil, fmt.Errorf("the cluster lacks %v, which --workload=%s needs: %s", missing, workloadOrDefault(opts.Workload), installHint(opts.Workload))
 	}
-	return &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, operatorNamespace: opts.OperatorNamespace}, nil
+	if opts.Workload == "raycluster" {
+		if err := checkKubeRayBatchScheduler(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	env := &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, HasGPULab: hasGPULab, operatorNamespace: opts.OperatorNamespace}
+	return env, nil
 }
 
 // probeTimeout bounds the first request to a cluster: an address that

@@ -146,8 +146,8 @@ func TestComparisonNamesBothSides(t *testing.T) {
 	var out bytes.Buffer
 	PrintComparison(&out, Compare(baseline, current, CompareOptions{AllowMissing: true}))
 	lines := strings.Split(out.String(), "\n")
-	wantBaseline := "baseline: profile cluster, cluster lab-a, suite v0.3.0 (commit abc1234), operator v0.2.9 (commit def5678), started 2026-01-02T03:04:05Z"
-	wantCurrent := "current:  profile local, cluster unknown, suite unknown (commit unknown), operator unknown (commit unknown), started unknown"
+	wantBaseline := "baseline: profile cluster, workload gpucluster, cluster lab-a, suite v0.3.0 (commit abc1234), operator v0.2.9 (commit def5678), started 2026-01-02T03:04:05Z"
+	wantCurrent := "current:  profile local, workload gpucluster, cluster unknown, suite unknown (commit unknown), operator unknown (commit unknown), started unknown"
 	if len(lines) < 2 || lines[0] != wantBaseline || lines[1] != wantCurrent {
 		t.Errorf("header:\n%s\nwant:\n%s\n%s", out.String(), wantBaseline, wantCurrent)
 	}

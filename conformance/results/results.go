@@ -65,7 +65,10 @@ type Environment struct {
 	// ClusterName tells apart clusters that run the same profile (nightly
 	// pushes are grouped by it).
 	ClusterName string `json:"clusterName,omitempty"`
-	Scale       int    `json:"scale"`
+	// Workload is the kind of gang measured: gpucluster, raycluster or
+	// vcjob (empty in older results: gpucluster).
+	Workload string `json:"workload,omitempty"`
+	Scale    int    `json:"scale"`
 }
 
 // Feature is one feature's assessments and the status they add up to

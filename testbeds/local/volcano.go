@@ -84,7 +84,7 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 			Args: []string{
 				"--kubeconfig=" + v.kubeconfig,
 				"--leader-elect=false",
-				"--controllers=pg-controller,queue-controller",
+				"--controllers=pg-controller,queue-controller,job-controller",
 				"--enable-healthz=true",
 				"--healthz-address=" + addr(v.ports.ControllerManagerHealthz),
 				"--logtostderr",

@@ -1,0 +1,139 @@
+package measure
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// Workload is one kind of gang the recorder can follow: gpulab's
+// GPUCluster, KubeRay's RayCluster or a Volcano Job. Pods and PodGroups
+// belong to the gang their controller owner reference names, so every
+// detector and milestone works the same for all of them.
+type Workload interface {
+	// Object is an empty object of the workload's type, for the watch.
+	Object() client.Object
+	// Kind is the kind in its children's owner references.
+	Kind() string
+	// Read says what a workload object asks for and says of itself.
+	Read(obj client.Object) WorkloadState
+	// Slot names a pod's place in its gang (gang/group/index where the
+	// workload has stable places), so two live pods in one are duplicates.
+	Slot(gang string, p *corev1.Pod) string
+}
+
+// WorkloadState is what a workload object says.
+type WorkloadState struct {
+	// Desired is the pods its gang asks for.
+	Desired int
+	// Ready is its own status saying the gang is ready (the StatusReady
+	// milestone).
+	Ready bool
+	// Claim says the status is a Ready claim the suite holds to the pods:
+	// gpulab's Ready means every pod is Ready. KubeRay's and Volcano's
+	// states promise less (running, not Ready), so they are not judged.
+	Claim bool
+}
+
+// gangOf is the name of obj's controller of the given kind, or "".
+func gangOf(obj metav1.Object, kind string) string {
+	if ref := metav1.GetControllerOf(obj); ref != nil && ref.Kind == kind {
+		return ref.Name
+	}
+	return ""
+}
+
+// GPUClusters follows gpulab's GPUClusters.
+type GPUClusters struct{}
+
+func (GPUClusters) Object() client.Object { return &gpulabv1alpha1.GPUCluster{} }
+func (GPUClusters) Kind() string          { return "GPUCluster" }
+
+func (GPUClusters) Read(obj client.Object) WorkloadState {
+	gc, ok := obj.(*gpulabv1alpha1.GPUCluster)
+	if !ok {
+		return WorkloadState{}
+	}
+	desired := 1
+	for _, g := range gc.Spec.WorkerGroups {
+		desired += int(g.Replicas)
+	}
+	claims := gc.Status.Phase == gpulabv1alpha1.ClusterReady || isConditionTrue(gc.Status.Conditions, gpulabv1alpha1.ConditionReady)
+	return WorkloadState{Desired: desired, Ready: gc.Status.Phase == gpulabv1alpha1.ClusterReady, Claim: claims}
+}
+
+func (GPUClusters) Slot(gang string, p *corev1.Pod) string {
+	return gang + "/" + p.Labels[gpulabv1alpha1.GroupLabel] + "/" + p.Labels[gpulabv1alpha1.IndexLabel]
+}
+
+// VolcanoJobs follows Volcano's batch.volcano.sh Jobs: Ready is the job
+// Running (the suite also waits for every pod Ready).
+type VolcanoJobs struct{}
+
+func (VolcanoJobs) Object() client.Object { return &batchv1alpha1.Job{} }
+func (VolcanoJobs) Kind() string          { return "Job" }
+
+func (VolcanoJobs) Read(obj client.Object) WorkloadState {
+	j, ok := obj.(*batchv1alpha1.Job)
+	if !ok {
+		return WorkloadState{}
+	}
+	desired := 0
+	for _, t := range j.Spec.Tasks {
+		desired += int(t.Replicas)
+	}
+	return WorkloadState{Desired: desired, Ready: j.Status.State.Phase == batchv1alpha1.Running}
+}
+
+func (VolcanoJobs) Slot(gang string, p *corev1.Pod) string {
+	return gang + "/" + p.Annotations[batchv1alpha1.TaskSpecKey] + "/" + p.Annotations[batchv1alpha1.TaskIndex]
+}
+
+// RayClusterGVK is KubeRay's RayCluster, followed as unstructured: the
+// suite needs a handful of fields, not KubeRay's types.
+var RayClusterGVK = schema.GroupVersionKind{Group: "ray.io", Version: "v1", Kind: "RayCluster"}
+
+// RayClusters follows KubeRay's RayClusters: Ready is status.state ready.
+type RayClusters struct{}
+
+func (RayClusters) Object() client.Object {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(RayClusterGVK)
+	return u
+}
+func (RayClusters) Kind() string { return RayClusterGVK.Kind }
+
+func (RayClusters) Read(obj client.Object) WorkloadState {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return WorkloadState{}
+	}
+	desired := 1 // the head
+	groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "workerGroupSpecs")
+	for _, g := range groups {
+		if m, ok := g.(map[string]any); ok {
+			n, _, _ := unstructured.NestedInt64(m, "replicas")
+			desired += int(n)
+		}
+	}
+	state, _, _ := unstructured.NestedString(u.Object, "status", "state")
+	return WorkloadState{Desired: desired, Ready: state == "ready"}
+}
+
+// Slot is the pod's own name: KubeRay names worker pods with random
+// suffixes, so a RayCluster has no stable places to hold twice.
+func (RayClusters) Slot(gang string, p *corev1.Pod) string { return gang + "/" + p.Name }
+
+func isConditionTrue(conds []metav1.Condition, typ string) bool {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}

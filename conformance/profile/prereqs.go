@@ -1,0 +1,114 @@
+package profile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The CRDs each workload needs on an existing cluster, beyond Volcano's
+// PodGroups and Queues, which every gang needs.
+var (
+	volcanoCRDs  = []string{"podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"}
+	gpulabCRDs   = []string{"gpuclusters.gpulab.io", "gpuinventories.gpulab.io"}
+	workloadCRDs = map[string][]string{
+		"gpucluster": gpulabCRDs,
+		"raycluster": {"rayclusters.ray.io"},
+		"vcjob":      {"jobs.batch.volcano.sh"},
+	}
+)
+
+func workloadOrDefault(w string) string {
+	if w == "" {
+		return "gpucluster"
+	}
+	return w
+}
+
+// missingCRDs lists the CRDs the workload needs that the cluster does not
+// serve, and says whether gpulab's are there (its own features need them).
+func missingCRDs(ctx context.Context, c client.Client, workload string) (missing []string, hasGPULab bool, err error) {
+	needed := append(append([]string(nil), workloadCRDs[workloadOrDefault(workload)]...), volcanoCRDs...)
+	present := map[string]bool{}
+	for _, crd := range append(append([]string(nil), needed...), gpulabCRDs...) {
+		if _, seen := present[crd]; seen {
+			continue
+		}
+		err := c.Get(ctx, client.ObjectKey{Name: crd}, &apiextensionsv1.CustomResourceDefinition{})
+		switch {
+		case apierrors.IsNotFound(err):
+			present[crd] = false
+		case err != nil:
+			// Forbidden, a timeout: not evidence that it is missing.
+			return nil, false, fmt.Errorf("checking CRD %s: %w", crd, err)
+		default:
+			present[crd] = true
+		}
+	}
+	hasGPULab = present[gpulabCRDs[0]] && present[gpulabCRDs[1]]
+	for _, crd := range needed {
+		if !present[crd] {
+			missing = append(missing, crd)
+		}
+	}
+	return missing, hasGPULab, nil
+}
+
+func installHint(workload string) string {
+	switch workloadOrDefault(workload) {
+	case "raycluster":
+		return "install Volcano and KubeRay (its operator with --batch-scheduler=volcano)"
+	case "vcjob":
+		return "install Volcano (its controllers serve batch.volcano.sh Jobs)"
+	default:
+		return "install Volcano and gpulab (kubectl apply --server-side -k operator/config/default)"
+	}
+}
+
+// checkKubeRayBatchScheduler finds KubeRay's operator and checks it was
+// started with Volcano batch scheduling: without it RayClusters get no
+// PodGroup and are not gangs at all, which the suite would report as
+// failures of the scheduler instead of the setup.
+func checkKubeRayBatchScheduler(ctx context.Context, c client.Client) error {
+	var deps appsv1.DeploymentList
+	if err := c.List(ctx, &deps); err != nil {
+		return fmt.Errorf("looking for KubeRay's operator: %w", err)
+	}
+	found := false
+	for _, d := range deps.Items {
+		for _, ctr := range d.Spec.Template.Spec.Containers {
+			if !strings.Contains(ctr.Image, "kuberay") && !strings.Contains(d.Name, "kuberay-operator") {
+				continue
+			}
+			found = true
+			if KubeRayUsesVolcano(append(append([]string(nil), ctr.Command...), ctr.Args...)) {
+				return nil
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("no KubeRay operator Deployment found (an image or name with kuberay): --workload=raycluster needs KubeRay with --batch-scheduler=volcano")
+	}
+	return fmt.Errorf("KubeRay's operator is not started with --batch-scheduler=volcano (or --enable-batch-scheduler): its RayClusters would not be gang-scheduled")
+}
+
+// KubeRayUsesVolcano says whether KubeRay operator arguments turn on
+// Volcano batch scheduling: --batch-scheduler=volcano (v1.2 and later), or
+// the older --enable-batch-scheduler, whose only scheduler was Volcano.
+func KubeRayUsesVolcano(args []string) bool {
+	for i, a := range args {
+		a = "--" + strings.TrimLeft(a, "-")
+		switch {
+		case a == "--batch-scheduler=volcano", a == "--batch-scheduler" && i+1 < len(args) && args[i+1] == "volcano":
+			return true
+		case a == "--enable-batch-scheduler", a == "--enable-batch-scheduler=true":
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,188 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/internal/gfd"
+)
+
+// gangWorkload is the kind of gang the scenarios create (--workload):
+// gpulab's GPUCluster, KubeRay's RayCluster or a Volcano Job. Each gang is
+// a head without GPUs and groups of worker pods; the recorder follows its
+// pods and PodGroup by owner reference, so every detector and milestone is
+// the same for all three.
+type gangWorkload interface {
+	// recorded is how the recorder follows it.
+	recorded() measure.Workload
+	// build makes the gang's object, placed in the footprint.
+	build(name string, groups []workerGroup) client.Object
+	// describe is the object's state, for failure messages.
+	describe(ctx context.Context, s *scenario, name string) string
+}
+
+// workerGroup is n pods of gpus GPUs each (0: CPU only).
+type workerGroup struct {
+	name    string
+	n, gpus int32
+}
+
+// workloads are the --workload values.
+var workloads = map[string]gangWorkload{
+	"gpucluster": gpuClusters{},
+	"raycluster": rayClusters{},
+	"vcjob":      volcanoJobs{},
+}
+
+// workload is the run's.
+func workload() gangWorkload { return workloads[opts.Workload] }
+
+// gpulabOnly skips an assessment that checks gpulab's own operator when
+// the run measures another workload.
+func gpulabOnly(t *testing.T, what string) {
+	t.Helper()
+	if opts.Workload != "gpucluster" {
+		skipf(t, "%s is gpulab's own (--workload=%s)", what, opts.Workload)
+	}
+}
+
+// gangReady is the workload's Ready: its own status says so and the suite
+// saw every pod Ready.
+func gangReady(tl measure.Timeline) bool { return !tl.StatusReady.IsZero() && !tl.PodsReady.IsZero() }
+
+// podTemplate is a workload pod: --image, a small CPU request, and gpus
+// GPUs, pinned to the footprint.
+func podTemplate(container string, gpus int32) corev1.PodTemplateSpec {
+	ctr := corev1.Container{Name: container, Image: opts.Image, Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}}
+	if gpus > 0 {
+		q := *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+		ctr.Resources.Requests[gfd.GPUResource] = q
+		ctr.Resources.Limits = corev1.ResourceList{gfd.GPUResource: q}
+	}
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{ctr}}}
+	placePod(&tmpl.Spec, "")
+	return tmpl
+}
+
+type gpuClusters struct{}
+
+func (gpuClusters) recorded() measure.Workload { return measure.GPUClusters{} }
+
+func (gpuClusters) build(name string, groups []workerGroup) client.Object {
+	gc := &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	gc.Spec.Head.Template = podTemplate("head", 0)
+	for _, g := range groups {
+		wg := gpulabv1alpha1.WorkerGroupSpec{Name: g.name, Replicas: g.n, Template: podTemplate("worker", 0)}
+		if g.gpus > 0 {
+			wg.GPUs = &gpulabv1alpha1.GPURequest{PerPod: new(g.gpus)}
+		}
+		gc.Spec.WorkerGroups = append(gc.Spec.WorkerGroups, wg)
+	}
+	gc.Spec.Scheduling.Queue = fp.queue
+	return gc
+}
+
+func (gpuClusters) describe(ctx context.Context, s *scenario, name string) string {
+	return describe(s.get(ctx, name))
+}
+
+type volcanoJobs struct{}
+
+func (volcanoJobs) recorded() measure.Workload { return measure.VolcanoJobs{} }
+
+func (volcanoJobs) build(name string, groups []workerGroup) client.Object {
+	tasks := []batchv1alpha1.TaskSpec{{Name: "head", Replicas: 1, Template: podTemplate("head", 0)}}
+	total := int32(1)
+	for _, g := range groups {
+		tasks = append(tasks, batchv1alpha1.TaskSpec{Name: g.name, Replicas: g.n, Template: podTemplate("worker", g.gpus)})
+		total += g.n
+	}
+	return &batchv1alpha1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: fp.queue, MinAvailable: plantedMinAvailable(total),
+			Tasks: tasks},
+	}
+}
+
+func (volcanoJobs) describe(ctx context.Context, s *scenario, name string) string {
+	var j batchv1alpha1.Job
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &j); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("job phase %q, %d pending, %d running", j.Status.State.Phase, j.Status.Pending, j.Status.Running)
+}
+
+type rayClusters struct{}
+
+func (rayClusters) recorded() measure.Workload { return measure.RayClusters{} }
+
+// build is a RayCluster gang-scheduled by Volcano (KubeRay's
+// ray.io/scheduler-name label) in the run's queue, with autoscaling off so
+// the gang is the spec's replicas.
+func (rayClusters) build(name string, groups []workerGroup) client.Object {
+	tmpl := func(t corev1.PodTemplateSpec) map[string]any {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&t)
+		if err != nil {
+			panic(err) // a PodTemplateSpec always converts
+		}
+		return m
+	}
+	var workers []any
+	for _, g := range groups {
+		workers = append(workers, map[string]any{
+			"groupName": g.name, "replicas": int64(g.n), "minReplicas": int64(g.n), "maxReplicas": int64(g.n),
+			"rayStartParams": map[string]any{}, "template": tmpl(podTemplate("ray-worker", g.gpus)),
+		})
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"headGroupSpec":    map[string]any{"rayStartParams": map[string]any{}, "template": tmpl(podTemplate("ray-head", 0))},
+			"workerGroupSpecs": workers,
+		},
+	}}
+	u.SetGroupVersionKind(measure.RayClusterGVK)
+	u.SetName(name)
+	u.SetLabels(map[string]string{"ray.io/scheduler-name": "volcano", "volcano.sh/queue-name": fp.queue})
+	return u
+}
+
+func (rayClusters) describe(ctx context.Context, s *scenario, name string) string {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(measure.RayClusterGVK)
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, u); err != nil {
+		return err.Error()
+	}
+	state, _, _ := unstructured.NestedString(u.Object, "status", "state")
+	reason, _, _ := unstructured.NestedString(u.Object, "status", "reason")
+	return fmt.Sprintf("state %q %s", state, reason)
+}
+
+// podGroupOf is the PodGroup Volcano gang-schedules the gang with: the
+// one whose controller is the gang's object.
+func podGroupOf(ctx context.Context, s *scenario, gang string) (*schedulingv1beta1.PodGroup, error) {
+	var pgs schedulingv1beta1.PodGroupList
+	if err := s.c.List(ctx, &pgs, client.InNamespace(s.ns)); err != nil {
+		return nil, err
+	}
+	kind := workload().recorded().Kind()
+	for i := range pgs.Items {
+		if ref := metav1.GetControllerOf(&pgs.Items[i]); ref != nil && ref.Kind == kind && ref.Name == gang {
+			return &pgs.Items[i], nil
+		}
+	}
+	return nil, apierrors.NewNotFound(schedulingv1beta1.Resource("podgroups"), gang)
+}
