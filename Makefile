@@ -106,12 +106,15 @@ dashboards-check: testbed-binaries ## Check dashboards and rules: schema, promto
 CONFORMANCE_SCALE ?= 100
 CONFORMANCE_OUT   ?= $(CURDIR)/_artifacts/conformance
 CONFORMANCE_ARGS  ?=
+# The gangs to measure: gpucluster (gpulab's operator), raycluster (KubeRay,
+# which the testbed then runs) or vcjob (Volcano Jobs).
+WORKLOAD          ?= gpucluster
 
 .PHONY: conformance
-conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (CONFORMANCE_SCALE=100) and print the report.
+conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob) and print the report.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=local --scale=$(CONFORMANCE_SCALE) \
+	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=local --workload=$(WORKLOAD) --scale=$(CONFORMANCE_SCALE) \
 		--out=$(CONFORMANCE_OUT) --operator-binary=$(BIN)/gpulab-operator $(CONFORMANCE_ARGS)
 
 NIGHTLY_RUNS     ?= 3

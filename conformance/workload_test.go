@@ -130,9 +130,9 @@ type rayClusters struct{}
 
 func (rayClusters) recorded() measure.Workload { return measure.RayClusters{} }
 
-// build is a RayCluster gang-scheduled by Volcano (KubeRay's
-// ray.io/scheduler-name label) in the run's queue, with autoscaling off so
-// the gang is the spec's replicas.
+// build is a RayCluster in the run's queue (KubeRay started with
+// --batch-scheduler=volcano gives every RayCluster a PodGroup), with
+// autoscaling off so the gang is the spec's replicas.
 func (rayClusters) build(name string, groups []workerGroup) client.Object {
 	tmpl := func(t corev1.PodTemplateSpec) map[string]any {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&t)
@@ -156,7 +156,7 @@ func (rayClusters) build(name string, groups []workerGroup) client.Object {
 	}}
 	u.SetGroupVersionKind(measure.RayClusterGVK)
 	u.SetName(name)
-	u.SetLabels(map[string]string{"ray.io/scheduler-name": "volcano", "volcano.sh/queue-name": fp.queue})
+	u.SetLabels(map[string]string{"volcano.sh/queue-name": fp.queue})
 	return u
 }
 

@@ -77,7 +77,9 @@ func build(t *testing.T) {
 		operator, suite = filepath.Join(binDir, "gpulab-operator-faulty"), filepath.Join(binDir, "gpulab-conformance")
 		for _, args := range [][]string{
 			{"build", "-tags", "gpulab_faults", "-o", operator, "./operator/cmd/gpulab-operator"},
-			{"test", "-c", "-o", suite, "./conformance"},
+			// The suite's own planted faults (a Volcano Job's minAvailable)
+			// are only in builds with the tag, too.
+			{"test", "-c", "-tags", "gpulab_faults", "-o", suite, "./conformance"},
 		} {
 			cmd := exec.Command("go", args...)
 			cmd.Dir = root
@@ -95,10 +97,16 @@ func build(t *testing.T) {
 // runSuite runs the suite on the local testbed (--scale=1) against the
 // faulty operator with fault planted ("" for none).
 func runSuite(fault, out string, args ...string) ([]byte, error) {
+	return runSuiteWith([]string{"GPULAB_PLANTED_FAULT=" + fault}, out, args...)
+}
+
+// runSuiteWith runs the suite like runSuite with env added to its
+// environment.
+func runSuiteWith(env []string, out string, args ...string) ([]byte, error) {
 	cmd := exec.Command(suite, append([]string{"--profile=local", "--scale=1", "--testbed-name=gpulab-faults",
 		"--operator-binary=" + operator, "--out=" + out}, args...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GPULAB_PLANTED_FAULT="+fault)
+	cmd.Env = append(os.Environ(), env...)
 	return cmd.CombinedOutput()
 }
 

@@ -240,10 +240,7 @@ func (p Provenance) String() string {
 	if !p.StartTime.IsZero() {
 		start = p.StartTime.UTC().Format(time.RFC3339)
 	}
-	workload := e.Workload
-	if workload == "" {
-		workload = "gpucluster" // runs before --workload measured only GPUClusters
-	}
+	workload := e.WorkloadName()
 	return fmt.Sprintf("profile %s, workload %s, cluster %s, suite %s (commit %s), operator %s (commit %s), started %s",
 		orUnknown(e.Profile), workload, orUnknown(e.ClusterName), orUnknown(e.SuiteVersion), orUnknown(e.SuiteCommit),
 		orUnknown(e.OperatorVersion), orUnknown(e.OperatorCommit), start)

@@ -84,7 +84,7 @@ var htmlPage = template.Must(template.New("report").Funcs(template.FuncMap{"clas
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.fail{color:#c00;font-weight:bold}.partial{color:#b60;font-weight:bold}.pass{color:#080}.none{color:#777}</style>
 </head><body>
 <h1>gpulab conformance: <span class="{{if eq .Verdict "PASSED"}}pass{{else if eq .Verdict "PARTIAL"}}partial{{else}}fail{{end}}">{{.Verdict}}</span></h1>
-<p>profile <b>{{.Environment.Profile}}</b>, Kubernetes {{.Environment.KubernetesVersion}}, Volcano {{.Environment.VolcanoVersion}},
+<p>profile <b>{{.Environment.Profile}}</b>, workload <b>{{.Environment.WorkloadName}}</b>, Kubernetes {{.Environment.KubernetesVersion}}, Volcano {{.Environment.VolcanoVersion}},
 {{.Environment.Nodes}} nodes, scale {{.Environment.Scale}}, {{.StartTime.Format "2006-01-02 15:04:05 MST"}}</p>
 <h2>Features</h2>
 {{if not .Features}}<p class="fail">No assessment ran: nothing was tested.</p>{{end}}

@@ -72,8 +72,8 @@ func (r *Results) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", RunVerdict(r.Features))
 	e := r.Environment
-	fmt.Fprintf(&b, "profile `%s`, Kubernetes %s, Volcano %s, %d nodes, GPUs %s, scale %d, %s\n\n",
-		e.Profile, orDash(e.KubernetesVersion), orDash(e.VolcanoVersion), e.Nodes, gpus(e.GPUsByProduct), e.Scale, r.EndTime.Sub(r.StartTime).Round(1e9))
+	fmt.Fprintf(&b, "profile `%s`, workload `%s`, Kubernetes %s, Volcano %s, %d nodes, GPUs %s, scale %d, %s\n\n",
+		e.Profile, e.WorkloadName(), orDash(e.KubernetesVersion), orDash(e.VolcanoVersion), e.Nodes, gpus(e.GPUsByProduct), e.Scale, r.EndTime.Sub(r.StartTime).Round(1e9))
 	if len(r.Features) == 0 {
 		b.WriteString("No assessment ran: nothing was tested.\n\n")
 	}

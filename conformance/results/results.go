@@ -71,6 +71,15 @@ type Environment struct {
 	Scale    int    `json:"scale"`
 }
 
+// WorkloadName is the workload measured; results from before --workload
+// measured only GPUClusters.
+func (e Environment) WorkloadName() string {
+	if e.Workload == "" {
+		return "gpucluster"
+	}
+	return e.Workload
+}
+
 // Feature is one feature's assessments and the status they add up to
 // (FeatureStatus; passed, partial or failed).
 type Feature struct {
