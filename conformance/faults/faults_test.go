@@ -19,8 +19,11 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
 
 // The assessments that catch the faults, each the smallest that shows one.
@@ -29,7 +32,7 @@ var (
 	// Four gangs contend for the room of two: with minMember 1 Volcano binds
 	// them partly (heads anywhere, workers where GPUs are left). A partly
 	// bound gang may never finish, so its wait is kept short.
-	contention = []string{"--feature=^gang$", "--assess=K gangs contending", "--ready-timeout=30s"}
+	contention = []string{"--feature=^gang$", "--assess=K gangs contending", "--ready-timeout=15s"}
 )
 
 var faultCases = []struct {
@@ -116,10 +119,35 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 	}
 	build(t)
 	tmp := t.TempDir()
+	// One testbed for every case, each run against its own operator (the
+	// suite's cluster profile): the suite deletes what it made, and the
+	// operator releases its Lease when stopped.
+	fleet, err := local.ParseFleet("dgx-h100=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := localtest.Start(t, local.Options{Name: "gpulab-faults", Fleet: fleet})
+	runOn := func(t *testing.T, fault, out string, args ...string) ([]byte, error) {
+		t.Helper()
+		op, err := profile.StartOperator(t.Context(), "operator-"+strings.ReplaceAll(fault, " ", "-"), operator, tb.Kubeconfig(), tmp,
+			"GPULAB_PLANTED_FAULT="+fault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := op.Stop(); err != nil {
+				t.Errorf("stopping the operator: %v", err)
+			}
+		}()
+		cmd := exec.Command(suite, append([]string{"run", "--profile=cluster", "--kubeconfig=" + tb.Kubeconfig(),
+			"--operator-namespace=default", "--max-gpus=all", "--out=" + out}, args...)...)
+		cmd.Dir = root
+		return cmd.CombinedOutput()
+	}
 	for _, tc := range faultCases {
 		t.Run(tc.fault, func(t *testing.T) {
 			out := filepath.Join(tmp, tc.fault)
-			log, err := runSuite(tc.fault, out, tc.args...)
+			log, err := runOn(t, tc.fault, out, tc.args...)
 			if err == nil {
 				t.Fatalf("the suite passed an operator with the %s fault:\n%s", tc.fault, tail(log))
 			}
@@ -145,7 +173,7 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 	// the failures above are the faults', not the detectors' own.
 	t.Run("no fault", func(t *testing.T) {
 		out := filepath.Join(tmp, "no-fault")
-		log, err := runSuite("", out, "--feature=^(controller|gang)$", "--assess=a valid GPUCluster reaches Ready|K gangs contending")
+		log, err := runOn(t, "", out, "--feature=^(controller|gang)$", "--assess=a valid GPUCluster reaches Ready|K gangs contending")
 		if err != nil {
 			t.Fatalf("the suite failed an operator with no fault planted: %v\n%s", err, tail(log))
 		}

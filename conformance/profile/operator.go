@@ -34,6 +34,7 @@ type OperatorProcess struct {
 	logPath     string
 	metricsPort int
 	probePort   int
+	env         []string
 	cmd         *exec.Cmd
 	exited      chan struct{}
 }
@@ -52,6 +53,18 @@ func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProce
 		metricsPort: ports[0], probePort: ports[1]}, nil
 }
 
+// StartOperator runs one replica against kubeconfig, with env added to its
+// environment and its log in logDir/<name>.log, and waits until it is ready.
+// Tests use it to run an operator against a testbed they made.
+func StartOperator(ctx context.Context, name, binary, kubeconfig, logDir string, env ...string) (*OperatorProcess, error) {
+	op, err := newOperatorProcess(name, binary, kubeconfig, logDir)
+	if err != nil {
+		return nil, err
+	}
+	op.env = env
+	return op, op.Start(ctx)
+}
+
 // Start runs the process and waits until it is ready.
 func (o *OperatorProcess) Start(ctx context.Context) error {
 	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -68,6 +81,9 @@ func (o *OperatorProcess) Start(ctx context.Context) error {
 		"--reconcile-concurrency="+strconv.Itoa(ReconcileConcurrency),
 	)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	if len(o.env) > 0 {
+		o.cmd.Env = append(os.Environ(), o.env...)
+	}
 	if err := o.cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", o.binary, err)
