@@ -25,6 +25,14 @@ import (
 // workers than the default 4 keep a burst of clusters from queueing.
 const ReconcileConcurrency = 16
 
+// OperatorQPS and OperatorBurst are the operators' API client limits in the
+// local profile: well above the defaults, so the client is not what a run
+// measures.
+const (
+	OperatorQPS   = 200
+	OperatorBurst = 400
+)
+
 // OperatorProcess is one gpulab-operator replica run as a local process,
 // so the suite can kill it like a crash would.
 type OperatorProcess struct {
@@ -77,7 +85,7 @@ func (o *OperatorProcess) Start(ctx context.Context) error {
 		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(o.metricsPort),
 		"--metrics-secure=false",
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(o.probePort),
-		"--kube-api-qps=200", "--kube-api-burst=400",
+		"--kube-api-qps="+strconv.Itoa(OperatorQPS), "--kube-api-burst="+strconv.Itoa(OperatorBurst),
 		"--reconcile-concurrency="+strconv.Itoa(ReconcileConcurrency),
 	)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile

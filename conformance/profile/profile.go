@@ -132,7 +132,10 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		opts.TestbedName = "gpulab-conformance"
 	}
 	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute,
-		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency})
+		// KubeRay gets the concurrency and client limits the gpulab
+		// operator gets (newOperatorProcess), so their numbers compare.
+		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency,
+		KubeRayQPS: OperatorQPS, KubeRayBurst: OperatorBurst})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,9 @@ type kubeRaySetup struct {
 	// reconcileConcurrency is --reconcile-concurrency; 0 keeps KubeRay's
 	// default (1).
 	reconcileConcurrency int
+	// qps and burst are its client's --qps and --burst; 0 keeps KubeRay's.
+	qps   float64
+	burst int
 }
 
 // component is the operator as a kwokctl component. Gang scheduling goes
@@ -46,6 +49,12 @@ func (k *kubeRaySetup) component(workdir string, bins *binaries.Set) kwokCompone
 	}
 	if k.reconcileConcurrency > 0 {
 		args = append(args, "--reconcile-concurrency="+strconv.Itoa(k.reconcileConcurrency))
+	}
+	if k.qps > 0 {
+		args = append(args, "--qps="+strconv.FormatFloat(k.qps, 'g', -1, 64))
+	}
+	if k.burst > 0 {
+		args = append(args, "--burst="+strconv.Itoa(k.burst))
 	}
 	return kwokComponent{
 		Name:    kubeRayComponent,

@@ -85,7 +85,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 
 	// With KubeRay: one more component, gang-scheduling through Volcano,
 	// on the testbed's loopback ports.
-	k := &kubeRaySetup{kubeconfig: v.kubeconfig, ports: v.ports, reconcileConcurrency: 4}
+	k := &kubeRaySetup{kubeconfig: v.kubeconfig, ports: v.ports, reconcileConcurrency: 4, qps: 200, burst: 400}
 	out, err = renderKwokctlConfig("/work", bins, v, k, "/c/gpulab-agent")
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +100,8 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"--metrics-addr=127.0.0.1:11",
 		"--health-probe-bind-address=127.0.0.1:12",
 		"--reconcile-concurrency=4",
+		"--qps=200",
+		"--burst=400",
 		"binary: /c/vc-scheduler",
 	} {
 		if !strings.Contains(config, want) {

@@ -44,6 +44,11 @@ type Options struct {
 	// (RayClusters, RayJobs and RayServices each reconciled at once). 0
 	// keeps KubeRay's default, 1.
 	KubeRayReconcileConcurrency int
+	// KubeRayQPS and KubeRayBurst are its API client's --qps and --burst
+	// (0 keeps KubeRay's defaults), so a comparison can give it what the
+	// gpulab operator gets.
+	KubeRayQPS   float64
+	KubeRayBurst int
 }
 
 // DefaultName is the testbed name when Options.Name is empty.
@@ -111,8 +116,9 @@ func New(opts Options) (*Testbed, error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 2 * time.Minute
 	}
-	if opts.KubeRayReconcileConcurrency < 0 {
-		return nil, fmt.Errorf("KubeRay reconcile concurrency must not be negative, got %d", opts.KubeRayReconcileConcurrency)
+	if opts.KubeRayReconcileConcurrency < 0 || opts.KubeRayQPS < 0 || opts.KubeRayBurst < 0 {
+		return nil, fmt.Errorf("KubeRay's reconcile concurrency, QPS and burst must not be negative, got %d, %v, %d",
+			opts.KubeRayReconcileConcurrency, opts.KubeRayQPS, opts.KubeRayBurst)
 	}
 	return &Testbed{opts: opts}, nil
 }
@@ -219,7 +225,8 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	volcano := newVolcanoSetup(t.stateDir(), t.Kubeconfig(), ports)
 	var kuberay *kubeRaySetup
 	if t.opts.KubeRay {
-		kuberay = &kubeRaySetup{kubeconfig: t.Kubeconfig(), ports: ports, reconcileConcurrency: t.opts.KubeRayReconcileConcurrency}
+		kuberay = &kubeRaySetup{kubeconfig: t.Kubeconfig(), ports: ports, reconcileConcurrency: t.opts.KubeRayReconcileConcurrency,
+			qps: t.opts.KubeRayQPS, burst: t.opts.KubeRayBurst}
 	}
 	if err := t.createCluster(ctx, bins, volcano, kuberay, agent); err != nil {
 		return err

@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long `up` waits for nodes, Volcano and the queue")
 	kuberay := fs.Bool("kuberay", false, "up: also run KubeRay's operator "+binaries.KubeRayVersion+" with its CRDs, gang-scheduling RayClusters through Volcano")
 	kuberayConcurrency := fs.Int("kuberay-reconcile-concurrency", 0, "up --kuberay: the operator's --reconcile-concurrency (0: KubeRay's default, 1)")
+	kuberayQPS := fs.Float64("kuberay-qps", 0, "up --kuberay: the operator's client --qps (0: KubeRay's default)")
+	kuberayBurst := fs.Int("kuberay-burst", 0, "up --kuberay: the operator's client --burst (0: KubeRay's default)")
 	if len(args) == 0 {
 		fs.Usage()
 		return errors.New("missing command")
@@ -77,12 +79,13 @@ func run(ctx context.Context, args []string) error {
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive, got %s", *timeout)
 	}
-	if *kuberayConcurrency < 0 {
-		return fmt.Errorf("--kuberay-reconcile-concurrency must not be negative, got %d", *kuberayConcurrency)
+	if *kuberayConcurrency < 0 || *kuberayQPS < 0 || *kuberayBurst < 0 {
+		return fmt.Errorf("--kuberay-reconcile-concurrency, --kuberay-qps and --kuberay-burst must not be negative, got %d, %v, %d",
+			*kuberayConcurrency, *kuberayQPS, *kuberayBurst)
 	}
 	tb, err := local.New(local.Options{
 		Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout,
-		KubeRay: *kuberay, KubeRayReconcileConcurrency: *kuberayConcurrency,
+		KubeRay: *kuberay, KubeRayReconcileConcurrency: *kuberayConcurrency, KubeRayQPS: *kuberayQPS, KubeRayBurst: *kuberayBurst,
 	})
 	if err != nil {
 		return err
