@@ -161,6 +161,16 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 	fi; \
 	exit $$rc
 
+COMPARE_ROUNDS ?= 2
+COMPARE_OUT    ?= $(CURDIR)/_artifacts/compare-operators
+.PHONY: compare-operators
+compare-operators: testbed-binaries ## Measure gpulab's operator and KubeRay side by side on one testbed (CONFORMANCE_SCALE gangs, COMPARE_ROUNDS rounds) and print the table.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
+	$(GO) build -o $(BIN)/compare-operators ./conformance/cmd/compare-operators
+	$(BIN)/compare-operators --scale=$(CONFORMANCE_SCALE) --rounds=$(COMPARE_ROUNDS) --suite=$(BIN)/gpulab-conformance \
+		--operator-binary=$(BIN)/gpulab-operator --out=$(COMPARE_OUT)
+
 FROM ?=
 .PHONY: baseline
 baseline: ## Promote a run's results to the nightly baseline: make baseline FROM=_artifacts/nightly/median/results.json.

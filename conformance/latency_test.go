@@ -7,11 +7,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 // TestLatency creates --scale GPUClusters (1 head + 2 workers × 4 GPUs) at
@@ -36,7 +40,7 @@ func TestLatency(t *testing.T) {
 			if n == 0 {
 				skipf(t, "no room for one 8-GPU cluster in the footprint (%d free GPUs)", free)
 			}
-			before := scrapeLeader(ctx, t)
+			op := watchOperator(ctx, t)
 			start := time.Now()
 			for i := range n {
 				s.gang(ctx, fmt.Sprintf("lat-%03d", i), workerGroup{"workers", 2, 4})
@@ -61,8 +65,9 @@ func TestLatency(t *testing.T) {
 				fatalf(t, "%v", err)
 			}
 			wall := time.Since(start)
-			after := scrapeLeader(ctx, t)
-			record(name, s.recorder.Timelines(), n, wall, before, after)
+			record(name, s.recorder.Timelines(), n, wall, op.stop(ctx, t))
+			measured(results.Value(name, "longest_partial_binding", "seconds", s.recorder.LongestPartial(time.Now()).Seconds()))
+			recordGangShape(ctx, t, s, name)
 			s.checkInvariants()
 			return ctx
 		}).
@@ -110,25 +115,120 @@ func TestLatency(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// scrapeLeader reads the gpulab operator's /metrics (local profile, gpulab
-// workload): the work it took is the delta of two scrapes.
-func scrapeLeader(ctx context.Context, t *testing.T) measure.Scrape {
-	if cluster.Profile != "local" || opts.Workload != "gpucluster" {
-		return nil
-	}
-	leader, err := cluster.Leader(ctx)
-	if err != nil {
-		fatalf(t, "%v", err)
-	}
-	s, err := measure.ScrapeURL(ctx, leader.MetricsURL())
-	if err != nil {
-		fatalf(t, "scraping the operator: %v", err)
-	}
-	return s
+// operatorWatch is the operator under test seen from its /metrics: a
+// scrape before and after a run (the work it took is the difference) and
+// its resident memory sampled in between.
+type operatorWatch struct {
+	url    string
+	before measure.Scrape
+	rss    float64
+	done   chan struct{}
+	exited chan struct{}
 }
 
-// record turns timelines and metric deltas into measurements.
-func record(feature string, timelines map[string]measure.Timeline, n int, wall time.Duration, before, after measure.Scrape) {
+// operatorDelta is what an operatorWatch saw.
+type operatorDelta struct {
+	before, after measure.Scrape
+	rssMax        float64
+}
+
+// operatorControllers is each workload's controller as controller-runtime
+// labels its metrics (KubeRay's RayCluster controller is unnamed: the kind).
+var operatorControllers = map[string]string{"gpucluster": "gpucluster", "raycluster": "raycluster"}
+
+// watchOperator starts watching the operator that reconciles the run's
+// workload: --operator-metrics-url, or on the local profile the one it
+// runs. With neither (or a Volcano Job, reconciled by Volcano's own
+// controller) it watches nothing and the run records no operator numbers.
+func watchOperator(ctx context.Context, t *testing.T) *operatorWatch {
+	w := &operatorWatch{url: opts.OperatorMetricsURL, done: make(chan struct{}), exited: make(chan struct{})}
+	if _, ok := operatorControllers[opts.Workload]; !ok {
+		w.url = ""
+	} else if w.url == "" {
+		url, err := cluster.OperatorMetricsURL(ctx, opts.Workload)
+		if err != nil {
+			fatalf(t, "finding the operator's metrics: %v", err)
+		}
+		w.url = url
+	}
+	if w.url == "" {
+		close(w.exited)
+		return w
+	}
+	var err error
+	if w.before, err = measure.ScrapeURL(ctx, w.url); err != nil {
+		fatalf(t, "scraping the operator at %s: %v", w.url, err)
+	}
+	w.rss = w.before.Sum("process_resident_memory_bytes", nil)
+	go func() {
+		defer close(w.exited)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if s, err := measure.ScrapeURL(ctx, w.url); err == nil {
+					w.rss = max(w.rss, s.Sum("process_resident_memory_bytes", nil))
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the sampling and takes the last scrape.
+func (w *operatorWatch) stop(ctx context.Context, t *testing.T) operatorDelta {
+	close(w.done)
+	<-w.exited
+	if w.url == "" {
+		return operatorDelta{}
+	}
+	after, err := measure.ScrapeURL(ctx, w.url)
+	if err != nil {
+		fatalf(t, "scraping the operator at %s: %v", w.url, err)
+	}
+	return operatorDelta{before: w.before, after: after, rssMax: max(w.rss, after.Sum("process_resident_memory_bytes", nil))}
+}
+
+// recordGangShape records one gang's PodGroup as Volcano sees it
+// (minMember and minResources) and fails if the gangs differ: a comparison
+// of two operators holds only if both asked Volcano for the same gangs.
+func recordGangShape(ctx context.Context, t *testing.T, s *scenario, feature string) {
+	var pgs schedulingv1beta1.PodGroupList
+	if err := s.c.List(ctx, &pgs, client.InNamespace(s.ns)); err != nil {
+		fatalf(t, "listing PodGroups: %v", err)
+	}
+	if len(pgs.Items) == 0 {
+		fatalf(t, "no PodGroup in %s", s.ns)
+	}
+	shape := func(pg *schedulingv1beta1.PodGroup) [4]float64 {
+		res := pg.Spec.MinResources
+		if res == nil {
+			res = &corev1.ResourceList{}
+		}
+		cpu, mem, gpu := (*res)[corev1.ResourceCPU], (*res)[corev1.ResourceMemory], (*res)[gfd.GPUResource]
+		return [4]float64{float64(pg.Spec.MinMember), float64(cpu.MilliValue()), float64(mem.Value()), float64(gpu.Value())}
+	}
+	first := shape(&pgs.Items[0])
+	for i := range pgs.Items[1:] {
+		if got := shape(&pgs.Items[i+1]); got != first {
+			failf(t, "PodGroups %s and %s ask for different gangs (minMember, CPU millicores, memory bytes, GPUs): %v, %v",
+				pgs.Items[0].Name, pgs.Items[i+1].Name, first, got)
+		}
+	}
+	measured(results.Value(feature, "gang_min_member", "pods", first[0]),
+		results.Value(feature, "gang_min_cpu", "millicores", first[1]),
+		results.Value(feature, "gang_min_memory", "bytes", first[2]),
+		results.Value(feature, "gang_min_gpus", "gpus", first[3]))
+}
+
+// record turns timelines and the operator's metric deltas into
+// measurements.
+func record(feature string, timelines map[string]measure.Timeline, n int, wall time.Duration, op operatorDelta) {
 	phases := map[string][]float64{}
 	add := func(phase string, from, to time.Time) {
 		if !from.IsZero() && !to.IsZero() {
@@ -147,23 +247,30 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 	for _, phase := range []string{"create_to_podgroup", "create_to_pods_created", "create_to_all_bound", "create_to_pods_ready", "create_to_status_ready", "pods_ready_to_status_ready"} {
 		measured(results.Distribution(feature, phase, "seconds", phases[phase]))
 	}
-	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()))
+	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()),
+		results.Value(feature, "gangs_per_second", "gangs/s", float64(n)/wall.Seconds()))
+	before, after := op.before, op.after
 	if before == nil || after == nil {
 		return
 	}
-	ctrl := map[string]string{"controller": "gpucluster"}
+	name := operatorControllers[opts.Workload]
+	ctrl := map[string]string{"controller": name}
 	delta := func(metric string, match map[string]string) float64 {
 		return after.Sum(metric, match) - before.Sum(metric, match)
 	}
-	reconciles := delta("controller_runtime_reconcile_total", ctrl)
+	requests := func(label, value string) float64 {
+		return delta("rest_client_requests_total", map[string]string{label: value})
+	}
 	measured(
-		results.Value(feature, "reconciles_per_cluster", "count", reconciles/float64(n)),
+		results.Value(feature, "reconciles_per_cluster", "count", delta("controller_runtime_reconcile_total", ctrl)/float64(n)),
 		results.Value(feature, "reconcile_errors", "count", delta("controller_runtime_reconcile_errors_total", ctrl)),
-		results.Value(feature, "queue_wait_p99", "seconds", measure.HistogramQuantileDelta(before, after, "workqueue_queue_duration_seconds", map[string]string{"name": "gpucluster"}, 0.99)),
+		results.Value(feature, "queue_wait_p99", "seconds", measure.HistogramQuantileDelta(before, after, "workqueue_queue_duration_seconds", map[string]string{"name": name}, 0.99)),
 		results.Value(feature, "api_requests_per_cluster", "requests", delta("rest_client_requests_total", nil)/float64(n)),
 		results.Value(feature, "api_writes_per_cluster", "requests",
-			(delta("rest_client_requests_total", map[string]string{"method": "POST"})+delta("rest_client_requests_total", map[string]string{"method": "PUT"})+
-				delta("rest_client_requests_total", map[string]string{"method": "PATCH"})+delta("rest_client_requests_total", map[string]string{"method": "DELETE"}))/float64(n)),
+			(requests("method", "POST")+requests("method", "PUT")+requests("method", "PATCH")+requests("method", "DELETE"))/float64(n)),
+		results.Value(feature, "api_conflicts", "requests", requests("code", "409")),
+		results.Value(feature, "operator_cpu_per_cluster", "seconds", delta("process_cpu_seconds_total", nil)/float64(n)),
+		results.Value(feature, "operator_rss_max", "bytes", op.rssMax),
 	)
 }
 

@@ -45,6 +45,7 @@ type RunOptions struct {
 	Scale                                      int
 	WaitWindow, ReadyTimeout                   time.Duration
 	PrometheusURL                              string
+	OperatorMetricsURL                         string
 	RealGPUs                                   bool
 	ProbeImage                                 string
 
@@ -111,6 +112,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"what to test", "wait-window", "how long a gang that cannot fit is watched for bound pods", dur(&o.WaitWindow, 10*time.Second)},
 		{"what to test", "ready-timeout", "how long a gang that fits may take to be Ready", dur(&o.ReadyTimeout, 2*time.Minute)},
 		{"what to test", "prometheus-url", "per-GPU series from this Prometheus (gpulab_gpu_* or DCGM_FI_DEV_*) instead of the local agent", str(&o.PrometheusURL, "")},
+		{"what to test", "operator-metrics-url", "the workload operator's /metrics, for the work per gang (local: found by itself)", str(&o.OperatorMetricsURL, "")},
 		{"what to test", "real-gpus", "kind, cluster: run nvidia-smi in pods and check GPUs, UUIDs and isolation", boolean(&o.RealGPUs)},
 		{"what to test", "probe-image", "image with nvidia-smi, sh and sleep for --real-gpus", str(&o.ProbeImage, DefaultProbeImage)},
 		{"local profile", "fleet", "fake GPU nodes as profile=count,... (default --scale+--scale/4+3 dgx-h100)", (*fleetValue)(&o.Fleet)},
@@ -224,7 +226,7 @@ func (o *RunOptions) validate(set map[string]bool) error {
 			return fmt.Errorf("--cluster-name=%q: %s", o.ClusterName, strings.Join(errs, "; "))
 		}
 	}
-	for name, v := range map[string]string{"prometheus-url": o.PrometheusURL, "pushgateway-url": o.PushgatewayURL} {
+	for name, v := range map[string]string{"prometheus-url": o.PrometheusURL, "pushgateway-url": o.PushgatewayURL, "operator-metrics-url": o.OperatorMetricsURL} {
 		if v == "" {
 			continue
 		}

@@ -589,6 +589,22 @@ func (r *Recorder) Timelines() map[string]Timeline {
 	return out
 }
 
+// LongestPartial is the longest any gang was seen partly bound, a
+// partial binding still going included (within the grace it is the
+// binder's one-call-per-pod, beyond it a violation).
+func (r *Recorder) LongestPartial(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var longest time.Duration
+	for _, t := range r.clusters {
+		longest = max(longest, t.maxSplit)
+		if !t.partial.IsZero() {
+			longest = max(longest, now.Sub(t.partial))
+		}
+	}
+	return longest
+}
+
 // Bound says how many of a cluster's live pods are bound.
 func (r *Recorder) Bound(name string) int {
 	r.mu.Lock()

@@ -168,6 +168,21 @@ func TestDuplicatePodDetector(t *testing.T) {
 	}
 }
 
+func TestLongestPartial(t *testing.T) {
+	r := newTestRecorder()
+	r.Expect("g", 2, t0)
+	r.event(pod("g", "0", "a", "", 1), added, at(0))
+	r.event(pod("g", "1", "b", "", 2), added, at(0))
+	r.event(pod("g", "0", "a", "n", 3), updated, at(0))
+	if d := r.LongestPartial(at(300 * time.Millisecond)); d != 300*time.Millisecond {
+		t.Errorf("a partial binding going on for 300ms: longest %s", d)
+	}
+	r.event(pod("g", "1", "b", "n", 4), updated, at(500*time.Millisecond))
+	if d := r.LongestPartial(at(time.Minute)); d != 500*time.Millisecond {
+		t.Errorf("after a 500ms partial binding: longest %s", d)
+	}
+}
+
 func TestPodsBeforePodGroupDetector(t *testing.T) {
 	r := newTestRecorder()
 	r.Expect("early", 1, t0)

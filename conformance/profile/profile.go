@@ -43,6 +43,10 @@ type Options struct {
 	// raycluster or vcjob. It decides what the cluster must have, and the
 	// local profile runs KubeRay's operator for raycluster.
 	Workload string
+	// OperatorMetricsURL is where the workload's operator serves /metrics,
+	// when it was given: for raycluster, a KubeRay that runs outside any
+	// Deployment (a process) is then taken as there.
+	OperatorMetricsURL string
 	// Scale sizes the local fleet: Scale+Scale/4+3 dgx-h100 nodes, enough for
 	// Scale latency clusters of 8 GPUs with room to spare.
 	Scale int
@@ -251,7 +255,7 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 		return nil, fmt.Errorf("the cluster lacks %v, which --workload=%s needs: %s", missing, workloadOrDefault(opts.Workload), installHint(opts.Workload))
 	}
 	if opts.Workload == "raycluster" {
-		if err := checkKubeRayBatchScheduler(ctx, c); err != nil {
+		if err := checkKubeRayBatchScheduler(ctx, c, opts.OperatorMetricsURL); err != nil {
 			return nil, err
 		}
 	}
@@ -353,4 +357,28 @@ func (e *Environment) Describe(ctx context.Context, scale int, clusterName strin
 		}
 	}
 	return env
+}
+
+// OperatorMetricsURL is the /metrics of the operator that reconciles the
+// workload on the local profile: the gpulab leader for gpucluster, the
+// testbed's KubeRay for raycluster. Elsewhere it is "" (--operator-metrics-url).
+func (e *Environment) OperatorMetricsURL(ctx context.Context, workload string) (string, error) {
+	if e.testbed == nil {
+		return "", nil
+	}
+	switch workload {
+	case "", "gpucluster":
+		leader, err := e.Leader(ctx)
+		if err != nil {
+			return "", err
+		}
+		return leader.MetricsURL(), nil
+	case "raycluster":
+		s, err := e.testbed.Status(ctx)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("http://127.0.0.1:%d/metrics", s.Ports.KubeRayMetrics), nil
+	}
+	return "", nil
 }
