@@ -1,0 +1,84 @@
+package profile
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpulab/gpulab/testbeds/envtest"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// TestWorkloadPrerequisites runs the checks against a real API server
+// that serves Volcano's and KubeRay's CRDs but not gpulab's: a cluster of
+// KubeRay on Volcano, measured as it is.
+func TestWorkloadPrerequisites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver; skipped with -short")
+	}
+	ctx := context.Background()
+	set, err := binaries.Lookup(ctx, binaries.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := envtest.StartForTest(t, envtest.Options{CRDDirs: []string{
+		filepath.Join(set.VolcanoModuleDir, "config", "crd", "volcano", "bases"),
+		filepath.Join(set.KubeRayModuleDir, "config", "crd", "bases"),
+	}})
+	c := env.Client
+	for _, tc := range []struct {
+		workload  string
+		missing   []string
+		hasGPULab bool
+	}{
+		{"gpucluster", []string{"gpuclusters.gpulab.io", "gpuinventories.gpulab.io"}, false},
+		{"raycluster", nil, false},
+		{"vcjob", nil, false},
+	} {
+		missing, hasGPULab, err := missingCRDs(ctx, c, tc.workload)
+		if err != nil || !reflect.DeepEqual(missing, tc.missing) || hasGPULab != tc.hasGPULab {
+			t.Errorf("%s: missing %v, gpulab %v, %v; want %v, %v", tc.workload, missing, hasGPULab, err, tc.missing, tc.hasGPULab)
+		}
+	}
+
+	// KubeRay: found by its Deployment, and only with Volcano batch scheduling.
+	wantErr := func(metricsURL, want string) {
+		t.Helper()
+		err := checkKubeRayBatchScheduler(ctx, c, metricsURL)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("KubeRay check = %v, want %q", err, want)
+		}
+	}
+	wantErr("", "no KubeRay operator Deployment found")
+	wantErr("http://127.0.0.1:8080/metrics", "")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ray-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app.kubernetes.io/name": "kuberay-operator"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ray-system", Name: "kuberay-operator"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "kuberay-operator", Image: "quay.io/kuberay/operator:v1.5.0", Command: []string{"/manager"}, Args: []string{"--leader-election-namespace=ray-system"},
+			}}}},
+		},
+	}
+	if err := c.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	wantErr("", "not started with --batch-scheduler=volcano")
+	// Given a metrics URL, a Deployment that is there still has to say so.
+	wantErr("http://127.0.0.1:8080/metrics", "not started with --batch-scheduler=volcano")
+	dep.Spec.Template.Spec.Containers[0].Args = append(dep.Spec.Template.Spec.Containers[0].Args, "--batch-scheduler=volcano")
+	if err := c.Update(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	wantErr("", "")
+}
