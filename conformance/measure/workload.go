@@ -51,9 +51,14 @@ func gangOf(obj metav1.Object, kind string) string {
 // GPUClusters follows gpulab's GPUClusters.
 type GPUClusters struct{}
 
+// Object is a GPUCluster.
 func (GPUClusters) Object() client.Object { return &gpulabv1alpha1.GPUCluster{} }
-func (GPUClusters) Kind() string          { return "GPUCluster" }
 
+// Kind is GPUCluster.
+func (GPUClusters) Kind() string { return "GPUCluster" }
+
+// Read counts the head and the worker groups' replicas; Ready is the phase
+// and a claim the suite holds to the pods.
 func (GPUClusters) Read(obj client.Object) WorkloadState {
 	gc, ok := obj.(*gpulabv1alpha1.GPUCluster)
 	if !ok {
@@ -67,6 +72,7 @@ func (GPUClusters) Read(obj client.Object) WorkloadState {
 	return WorkloadState{Desired: desired, Ready: gc.Status.Phase == gpulabv1alpha1.ClusterReady, Claim: claims}
 }
 
+// Slot is gang/group/index, from the labels the operator sets.
 func (GPUClusters) Slot(gang string, p *corev1.Pod) string {
 	return gang + "/" + p.Labels[gpulabv1alpha1.GroupLabel] + "/" + p.Labels[gpulabv1alpha1.IndexLabel]
 }
@@ -75,9 +81,13 @@ func (GPUClusters) Slot(gang string, p *corev1.Pod) string {
 // Running (the suite also waits for every pod Ready).
 type VolcanoJobs struct{}
 
+// Object is a Volcano Job.
 func (VolcanoJobs) Object() client.Object { return &batchv1alpha1.Job{} }
-func (VolcanoJobs) Kind() string          { return "Job" }
 
+// Kind is Job (of batch.volcano.sh).
+func (VolcanoJobs) Kind() string { return "Job" }
+
+// Read counts the tasks' replicas; Ready is the job Running.
 func (VolcanoJobs) Read(obj client.Object) WorkloadState {
 	j, ok := obj.(*batchv1alpha1.Job)
 	if !ok {
@@ -90,6 +100,8 @@ func (VolcanoJobs) Read(obj client.Object) WorkloadState {
 	return WorkloadState{Desired: desired, Ready: j.Status.State.Phase == batchv1alpha1.Running}
 }
 
+// Slot is gang/task/index, from the annotations Volcano's job controller
+// sets.
 func (VolcanoJobs) Slot(gang string, p *corev1.Pod) string {
 	return gang + "/" + p.Annotations[batchv1alpha1.TaskSpecKey] + "/" + p.Annotations[batchv1alpha1.TaskIndex]
 }
@@ -101,13 +113,17 @@ var RayClusterGVK = schema.GroupVersionKind{Group: "ray.io", Version: "v1", Kind
 // RayClusters follows KubeRay's RayClusters: Ready is status.state ready.
 type RayClusters struct{}
 
+// Object is an unstructured RayCluster.
 func (RayClusters) Object() client.Object {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(RayClusterGVK)
 	return u
 }
+// Kind is RayCluster.
 func (RayClusters) Kind() string { return RayClusterGVK.Kind }
 
+// Read counts the head and the worker groups' replicas; Ready is
+// status.state ready.
 func (RayClusters) Read(obj client.Object) WorkloadState {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {

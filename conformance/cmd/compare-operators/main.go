@@ -24,8 +24,9 @@ func main() {
 	flag.StringVar(&opts.TestbedName, "testbed-name", "gpulab-side-by-side", "name of the local testbed it creates")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if _, err := sidebyside.Run(ctx, opts); err != nil {
+	_, err := sidebyside.Run(ctx, opts)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare-operators:", err)
 		os.Exit(1)
 	}
