@@ -119,6 +119,7 @@ func (RayClusters) Object() client.Object {
 	u.SetGroupVersionKind(RayClusterGVK)
 	return u
 }
+
 // Kind is RayCluster.
 func (RayClusters) Kind() string { return RayClusterGVK.Kind }
 
