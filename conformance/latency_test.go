@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -198,12 +199,20 @@ func (w *operatorWatch) stop(ctx context.Context, t *testing.T) operatorDelta {
 // (minMember and minResources) and fails if the gangs differ: a comparison
 // of two operators holds only if both asked Volcano for the same gangs.
 func recordGangShape(ctx context.Context, t *testing.T, s *scenario, feature string) {
-	var pgs schedulingv1beta1.PodGroupList
-	if err := s.c.List(ctx, &pgs, client.InNamespace(s.ns)); err != nil {
+	var all schedulingv1beta1.PodGroupList
+	if err := s.c.List(ctx, &all, client.InNamespace(s.ns)); err != nil {
 		fatalf(t, "listing PodGroups: %v", err)
 	}
+	// The scenario's own gangs only: --namespace may hold others.
+	var pgs schedulingv1beta1.PodGroupList
+	kind := workload().recorded().Kind()
+	for _, pg := range all.Items {
+		if ref := metav1.GetControllerOf(&pg); ref != nil && ref.Kind == kind && s.owns(ref.Name) {
+			pgs.Items = append(pgs.Items, pg)
+		}
+	}
 	if len(pgs.Items) == 0 {
-		fatalf(t, "no PodGroup in %s", s.ns)
+		fatalf(t, "no PodGroup of the scenario's gangs in %s", s.ns)
 	}
 	shape := func(pg *schedulingv1beta1.PodGroup) [4]float64 {
 		res := pg.Spec.MinResources
