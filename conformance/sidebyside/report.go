@@ -119,12 +119,7 @@ func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASUREMENT\tUNIT\tgpulab\tKubeRay\tKubeRay / gpulab")
 	for _, r := range rows {
-		g, k := r.Values[Workloads[0]], r.Values[Workloads[1]]
-		ratio := "-"
-		if mg, mk := median(g), median(k); len(g) > 0 && len(k) > 0 && mg > 0 {
-			ratio = fmt.Sprintf("%.2f", mk/mg)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Metric, r.Unit, span(g), span(k), ratio)
+		fmt.Fprintln(tw, strings.Join(cells(r), "\t"))
 	}
 	_ = tw.Flush()
 }
@@ -134,14 +129,20 @@ func Markdown(rows []Row) string {
 	var b strings.Builder
 	b.WriteString("| measurement | unit | gpulab | KubeRay | KubeRay / gpulab |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
-		g, k := r.Values[Workloads[0]], r.Values[Workloads[1]]
-		ratio := "-"
-		if mg, mk := median(g), median(k); len(g) > 0 && len(k) > 0 && mg > 0 {
-			ratio = fmt.Sprintf("%.2f", mk/mg)
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Metric, r.Unit, span(g), span(k), ratio)
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells(r), " | "))
 	}
 	return b.String()
+}
+
+// cells are a row's columns: measurement, unit, each side's range and
+// the ratio of the medians.
+func cells(r Row) []string {
+	g, k := r.Values[Workloads[0]], r.Values[Workloads[1]]
+	ratio := "-"
+	if mg, mk := median(g), median(k); len(g) > 0 && len(k) > 0 && mg > 0 {
+		ratio = fmt.Sprintf("%.2f", mk/mg)
+	}
+	return []string{r.Metric, r.Unit, span(g), span(k), ratio}
 }
 
 // span is a range over the rounds, "a–b" (one value when they agree).
