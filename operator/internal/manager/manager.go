@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,6 +30,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpujob"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
@@ -164,6 +166,10 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	}
 	// Client latency and client-side throttling, for the Operator dashboard.
 	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRequestLatency, ctrlmetrics.MetricRateLimiterLatency)
+	// Which build runs; tests start several managers in one process.
+	if err := ctrlmetrics.Registry.Register(version.BuildInfo()); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return nil, fmt.Errorf("registering gpulab_build_info: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)

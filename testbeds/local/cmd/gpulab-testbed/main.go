@@ -37,6 +37,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return // asked for help: printed, and not an error
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpulab-testbed:", err)
 		os.Exit(1)
@@ -60,6 +63,12 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("missing command")
 	}
 	cmd := args[0]
+	switch cmd {
+	case "-h", "-help", "--help", "help":
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return flag.ErrHelp
+	}
 	if env, ok := os.LookupEnv("TESTBED_NAME"); ok {
 		*name = env
 	}

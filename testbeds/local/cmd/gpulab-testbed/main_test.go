@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,5 +64,20 @@ func TestRefusesBadNames(t *testing.T) {
 	err = run(t.Context(), []string{"status", "--name=gpulab-cli-test", "--cache-dir=" + cache})
 	if err == nil || !strings.Contains(err.Error(), "is not up") {
 		t.Errorf("status of a testbed that is not up: %v, want a not-up error", err)
+	}
+}
+
+// TestHelpIsNotAnError: -h (alone or after a command) and `help` print the
+// usage and are not failures; no command and an unknown one are.
+func TestHelpIsNotAnError(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"up", "-h"}} {
+		if err := run(t.Context(), args); !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%q: %v, want the help", args, err)
+		}
+	}
+	for _, args := range [][]string{nil, {"nope"}} {
+		if err := run(t.Context(), args); err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%q: %v, want an error", args, err)
+		}
 	}
 }
