@@ -11,6 +11,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 // dryRun prints what a run would do on this cluster, creating nothing.
@@ -33,10 +34,9 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 			return nil, "", err
 		}
 		var rooms []footprint.Node
-		for _, e := range fleet {
-			for i := range e.Count {
-				rooms = append(rooms, footprint.Node{Name: fmt.Sprintf("%s-%d", e.Profile.Name, i), GPUs: e.Profile.GPUs, Free: e.Profile.GPUs})
-			}
+		for _, n := range fleet.Nodes() {
+			gpus := n.Status.Allocatable[gfd.GPUResource]
+			rooms = append(rooms, footprint.Node{Name: n.Name, GPUs: int(gpus.Value()), Free: int(gpus.Value())})
 		}
 		return rooms, fmt.Sprintf("a new local testbed %q", opts.TestbedName), nil
 	}

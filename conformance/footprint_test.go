@@ -29,10 +29,9 @@ const RunIDLabel = "conformance.gpulab.io/run-id"
 // Pods are pinned to the pool, so no scenario can grow past the budget
 // even where Volcano would find room elsewhere.
 type runFootprint struct {
-	pool     []footprint.Node
-	inPool   map[string]bool
-	poolGPUs int
-	queue    string
+	pool   []footprint.Node
+	inPool map[string]bool
+	queue  string
 }
 
 var fp runFootprint
@@ -49,11 +48,8 @@ func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 		return nil, err
 	}
 	used := map[string]int64{}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		used[p.Spec.NodeName] += podGPUs(&p)
+	for i := range pods.Items {
+		used[pods.Items[i].Spec.NodeName] += footprint.BoundGPUs(&pods.Items[i])
 	}
 	var rooms []footprint.Node
 	for _, n := range nodes.Items {
@@ -64,20 +60,6 @@ func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 		rooms = append(rooms, footprint.Node{Name: n.Name, GPUs: int(alloc.Value()), Free: int(alloc.Value() - used[n.Name])})
 	}
 	return rooms, nil
-}
-
-// podGPUs is the GPUs a pod requests (limits stand in for requests, as the
-// API server defaults them for extended resources).
-func podGPUs(p *corev1.Pod) int64 {
-	var n int64
-	for _, ctr := range p.Spec.Containers {
-		q, ok := ctr.Resources.Requests[gfd.GPUResource]
-		if !ok {
-			q = ctr.Resources.Limits[gfd.GPUResource]
-		}
-		n += q.Value()
-	}
-	return n
 }
 
 // setupFootprint picks the pool and the queue.
@@ -94,9 +76,10 @@ func setupFootprint(ctx context.Context) error {
 		return fmt.Errorf("no GPU node fits --max-gpus=%s (the smallest has %d GPUs)", opts.MaxGPUs.String(), smallest(rooms))
 	}
 	fp = runFootprint{pool: pool, inPool: map[string]bool{}}
+	gpus := 0
 	for _, n := range pool {
 		fp.inPool[n.Name] = true
-		fp.poolGPUs += n.GPUs
+		gpus += n.GPUs
 	}
 	if err := checkNamespace(ctx); err != nil {
 		return err
@@ -120,7 +103,7 @@ func setupFootprint(ctx context.Context) error {
 		return fmt.Errorf("creating the run's Volcano queue: %w", err)
 	}
 	fp.queue = q.Name
-	fmt.Printf("footprint: %d GPUs on %d nodes (--max-gpus=%s), queue %s\n", fp.poolGPUs, len(pool), opts.MaxGPUs.String(), fp.queue)
+	fmt.Printf("footprint: %d GPUs on %d nodes (--max-gpus=%s), queue %s\n", gpus, len(pool), opts.MaxGPUs.String(), fp.queue)
 	return nil
 }
 

@@ -96,9 +96,10 @@ func TestInventory(t *testing.T) {
 			if err := cluster.Client.List(ctx, &invs); err != nil {
 				fatalf(t, "%v", err)
 			}
+			selected := selectedNodes(ctx, t)
 			var uuids []string
 			for _, inv := range invs.Items {
-				if len(opts.NodeSelector) > 0 && !nodeSelected(ctx, inv.Name) {
+				if selected != nil && !selected[inv.Name] {
 					continue
 				}
 				for _, g := range inv.Status.GPUs {
@@ -149,18 +150,21 @@ func gpuSeries(ctx context.Context, t *testing.T) (measure.UUIDsByMetric, string
 	return measure.UUIDsInScrape(s), "the local agent's " + url
 }
 
-// nodeSelected says whether node matches --node-selector.
-func nodeSelected(ctx context.Context, node string) bool {
-	var n corev1.Node
-	if err := cluster.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
-		return false
+// selectedNodes are the nodes --node-selector allows, read in one list
+// (the API server filters them); nil when no selector was given.
+func selectedNodes(ctx context.Context, t *testing.T) map[string]bool {
+	if len(opts.NodeSelector) == 0 {
+		return nil
 	}
-	for k, v := range opts.NodeSelector {
-		if n.Labels[k] != v {
-			return false
-		}
+	var nodes corev1.NodeList
+	if err := cluster.Client.List(ctx, &nodes, client.MatchingLabels(opts.NodeSelector)); err != nil {
+		fatalf(t, "listing the nodes --node-selector allows: %v", err)
 	}
-	return true
+	selected := map[string]bool{}
+	for _, n := range nodes.Items {
+		selected[n.Name] = true
+	}
+	return selected
 }
 
 // cordonWithXID asks the local testbed's simulated agent to deliver XIDs. The

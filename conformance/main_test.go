@@ -59,18 +59,17 @@ func TestMain(m *testing.M) {
 	}
 	// SIGINT or SIGTERM cancels every wait; the run then cleans up what it
 	// created and reports FAILED. A second signal kills it.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-signals
+		signal.Stop(signals) // the next one gets Go's default: exit
 		mu.Lock()
 		interrupted = sig
 		mu.Unlock()
 		fmt.Fprintf(os.Stderr, "conformance: %s: stopping, cleaning up what the run created (again to kill)\n", sig)
-		<-ctx.Done()
-		stop()
-		signal.Stop(signals)
+		cancel(fmt.Errorf("%s signal received", sig))
 	}()
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
 	cfg := envconf.New()

@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 // Budget is --max-gpus: a count, or all. Unset, it follows the profile.
@@ -111,3 +115,21 @@ const ContendingGangs = 4
 
 // JobWorkers is each GPUJob's 8-GPU workers; the job queue fits one gang.
 func JobWorkers(r Room) int { return min(r.Whole, 2) }
+
+// BoundGPUs is what a pod holds on its node: the GPUs it requests (limits
+// stand in for requests, as the API server defaults them for extended
+// resources) once bound, and none before it is bound or after it ended.
+func BoundGPUs(p *corev1.Pod) int64 {
+	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return 0
+	}
+	var n int64
+	for _, ctr := range p.Spec.Containers {
+		q, ok := ctr.Resources.Requests[gfd.GPUResource]
+		if !ok {
+			q = ctr.Resources.Limits[gfd.GPUResource]
+		}
+		n += q.Value()
+	}
+	return n
+}

@@ -3,6 +3,11 @@ package footprint
 import (
 	"reflect"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 func budget(t *testing.T, s string) Budget {
@@ -95,5 +100,37 @@ func TestShapes(t *testing.T) {
 	}
 	if w := JobWorkers(Room{Whole: 5}); w != 2 {
 		t.Errorf("job workers %d", w)
+	}
+}
+
+func TestBoundGPUs(t *testing.T) {
+	gpus := func(req, lim string) corev1.Container {
+		c := corev1.Container{}
+		if req != "" {
+			c.Resources.Requests = corev1.ResourceList{gfd.GPUResource: resource.MustParse(req)}
+		}
+		if lim != "" {
+			c.Resources.Limits = corev1.ResourceList{gfd.GPUResource: resource.MustParse(lim)}
+		}
+		return c
+	}
+	pod := func(node string, phase corev1.PodPhase, ctrs ...corev1.Container) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{NodeName: node, Containers: ctrs}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want int64
+	}{
+		{"requests of every container", pod("n", corev1.PodRunning, gpus("4", "4"), gpus("2", "")), 6},
+		{"limits stand in for requests", pod("n", corev1.PodPending, gpus("", "8")), 8},
+		{"not bound yet", pod("", corev1.PodPending, gpus("4", "4")), 0},
+		{"succeeded", pod("n", corev1.PodSucceeded, gpus("4", "4")), 0},
+		{"failed", pod("n", corev1.PodFailed, gpus("4", "4")), 0},
+		{"no GPUs", pod("n", corev1.PodRunning, corev1.Container{}), 0},
+	} {
+		if got := BoundGPUs(tc.pod); got != tc.want {
+			t.Errorf("%s: %d GPUs, want %d", tc.name, got, tc.want)
+		}
 	}
 }

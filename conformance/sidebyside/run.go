@@ -118,18 +118,10 @@ func Run(ctx context.Context, opts Options) (string, error) {
 	rows := Rows(runs)
 	report := fmt.Sprintf("# gpulab vs KubeRay, side by side\n\n%d gangs (1 head + 2 workers x 4 GPUs) created at once, %d rounds in alternating order, "+
 		"on one local testbed of %d nodes; both operators at %d reconcile workers, client QPS %d / burst %d. Ranges are over the rounds; "+
-		"the ratio is of the medians.\n\n%s", opts.Scale, opts.Rounds, fleetNodes(fleet), profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst, Markdown(rows))
+		"the ratio is of the medians.\n\n%s", opts.Scale, opts.Rounds, len(fleet.Nodes()), profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst, Markdown(rows))
 	if err := os.WriteFile(filepath.Join(opts.Out, "report.md"), []byte(report), 0o644); err != nil {
 		return "", err
 	}
 	Print(opts.Log, rows)
 	return report, CheckSameGangs(runs)
-}
-
-func fleetNodes(f local.Fleet) int {
-	n := 0
-	for _, e := range f {
-		n += e.Count
-	}
-	return n
 }
