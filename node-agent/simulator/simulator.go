@@ -55,6 +55,9 @@ type Options struct {
 	FieldManager string
 	// Registerer receives the agents' metrics; nil exports none.
 	Registerer prometheus.Registerer
+	// MetricsFormat selects the per-GPU series (gpulab, dcgm or both).
+	// Defaults to metrics.FormatBoth.
+	MetricsFormat metrics.Format
 	// Log defaults to logr.Discard().
 	Log logr.Logger
 	// Ready, when set, is called once the node list has been read and an
@@ -113,7 +116,7 @@ func newSimulator(opts Options) (*simulator, error) {
 	}
 	s := &simulator{opts: opts, log: opts.Log, client: c, nodes: map[string]*simNode{}}
 	if opts.Registerer != nil {
-		s.metrics = metrics.New(opts.Registerer)
+		s.metrics = metrics.New(opts.Registerer, metrics.Options{Format: opts.MetricsFormat})
 	}
 	s.pub = publisher.New(c, publisher.Options{
 		FieldManager: opts.FieldManager, LabelNode: opts.LabelNodes,

@@ -106,7 +106,7 @@ func startAgentWith(t *testing.T, profile string, rec *recorder) (*mock.Backend,
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(prometheus.NewRegistry())
+	m := metrics.New(prometheus.NewRegistry(), metrics.Options{})
 	// A long interval: every rescan in these tests is caused by an event.
 	a, err := New(b, Options{NodeName: "node-1", Interval: time.Hour, Publisher: rec, Metrics: m})
 	if err != nil {
@@ -346,7 +346,7 @@ func BenchmarkScan(b *testing.B) {
 	if err := be.Init(); err != nil {
 		b.Fatal(err)
 	}
-	a, _ := New(be, Options{NodeName: "bench", Metrics: metrics.New(prometheus.NewRegistry())})
+	a, _ := New(be, Options{NodeName: "bench", Metrics: metrics.New(prometheus.NewRegistry(), metrics.Options{})})
 	b.ReportAllocs()
 	for b.Loop() {
 		if r := a.scan(""); r.Snapshot == nil {

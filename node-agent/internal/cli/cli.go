@@ -160,7 +160,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating API client: %w", err)
 	}
-	m := metrics.New(reg)
+	m := metrics.New(reg, metrics.Options{})
 	b, err := openBackend(f.backend, f.nodeName)
 	if err != nil {
 		return err

@@ -1,13 +1,52 @@
 package metrics
 
 import (
+	"fmt"
+	"math"
 	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
+	"github.com/gpulab/gpulab/node-agent/internal/podresources"
 )
+
+// Format selects the per-GPU series a Collector exports.
+type Format string
+
+// Formats.
+const (
+	// FormatGPULab exports gpulab_gpu_* in base units.
+	FormatGPULab Format = "gpulab"
+	// FormatDCGM exports the DCGM exporter's DCGM_FI_DEV_* fields, in its
+	// units and with its labels, pod attribution included.
+	FormatDCGM Format = "dcgm"
+	// FormatBoth exports both; the default.
+	FormatBoth Format = "both"
+)
+
+// ParseFormat reads a --metrics-format value.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case FormatGPULab, FormatDCGM, FormatBoth:
+		return f, nil
+	}
+	return "", fmt.Errorf("%q: want gpulab, dcgm or both", s)
+}
+
+func (f Format) gpulab() bool { return f != FormatDCGM }
+func (f Format) dcgm() bool   { return f != FormatGPULab }
+
+// Options configures the per-GPU series.
+type Options struct {
+	// Format selects them. Defaults to FormatBoth.
+	Format Format
+	// Owners, when set, is asked on every scrape which container holds each
+	// GPU, by UUID, for the DCGM series' pod, namespace and container labels
+	// (empty for a GPU it does not name). Nil leaves them empty.
+	Owners func() map[string]podresources.Owner
+}
 
 // GPU is one GPU's exported state.
 type GPU struct {
@@ -43,9 +82,36 @@ var (
 	descQueryErrors = gpuDesc("query_errors", "NVML queries that failed in the last scan.")
 )
 
+// dcgmLabels are the DCGM exporter's labels, in its order: identity, the
+// node, the driver, then the container holding the GPU.
+var dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
+	"container", "namespace", "pod"}
+
+func dcgmDesc(field, help string) *prometheus.Desc {
+	return prometheus.NewDesc("DCGM_FI_DEV_"+field, help, dcgmLabels, nil)
+}
+
+// The DCGM exporter's names, types and units (its default counters and the
+// ECC field); values are as it reports them, not in base units.
+var (
+	dcgmGPUUtil     = dcgmDesc("GPU_UTIL", "GPU utilization (in %).")
+	dcgmMemCopyUtil = dcgmDesc("MEM_COPY_UTIL", "Memory copy utilization (in %).")
+	dcgmFBUsed      = dcgmDesc("FB_USED", "Framebuffer memory used (in MiB).")
+	dcgmFBFree      = dcgmDesc("FB_FREE", "Framebuffer memory free (in MiB).")
+	dcgmGPUTemp     = dcgmDesc("GPU_TEMP", "GPU temperature (in C).")
+	dcgmPower       = dcgmDesc("POWER_USAGE", "Power draw (in W).")
+	dcgmSMClock     = dcgmDesc("SM_CLOCK", "SM clock frequency (in MHz).")
+	dcgmXID         = dcgmDesc("XID_ERRORS", "Value of the last XID error seen on the GPU, 0 when none.")
+	dcgmECCDBE      = dcgmDesc("ECC_DBE_VOL_TOTAL", "Double-bit (uncorrected) volatile ECC errors since the driver loaded.")
+	dcgmRemapUnc    = dcgmDesc("UNCORRECTABLE_REMAPPED_ROWS", "Rows remapped for uncorrectable errors.")
+	dcgmRemapCorr   = dcgmDesc("CORRECTABLE_REMAPPED_ROWS", "Rows remapped for correctable errors.")
+	dcgmRemapFail   = dcgmDesc("ROW_REMAP_FAILURE", "1 when row remapping failed.")
+)
+
 // Collector is a prometheus.Collector of per-GPU gauges for one or more
 // nodes (one per agent; many when simulating a fleet).
 type Collector struct {
+	opts  Options
 	mu    sync.RWMutex
 	nodes map[string]node
 }
@@ -58,7 +124,12 @@ type node struct {
 var _ prometheus.Collector = (*Collector)(nil)
 
 // NewCollector returns an empty Collector.
-func NewCollector() *Collector { return &Collector{nodes: map[string]node{}} }
+func NewCollector(opts Options) *Collector {
+	if opts.Format == "" {
+		opts.Format = FormatBoth
+	}
+	return &Collector{opts: opts, nodes: map[string]node{}}
+}
 
 // Set replaces a node's GPUs. The collector keeps the slice.
 func (c *Collector) Set(hostname, driverVersion string, gpus []GPU) {
@@ -76,30 +147,52 @@ func (c *Collector) Delete(hostname string) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInfo, descMemTotal, descMemUsed, descUtil, descMemUtil, descTemp,
-		descPower, descECC, descRemapUnc, descRemapCorr, descRemapFail, descLastXID, descHealthy, descQueryErrors} {
-		ch <- d
+	if c.opts.Format.gpulab() {
+		for _, d := range []*prometheus.Desc{descInfo, descMemTotal, descMemUsed, descUtil, descMemUtil, descTemp,
+			descPower, descECC, descRemapUnc, descRemapCorr, descRemapFail, descLastXID, descHealthy, descQueryErrors} {
+			ch <- d
+		}
+	}
+	if c.opts.Format.dcgm() {
+		for _, d := range []*prometheus.Desc{dcgmGPUUtil, dcgmMemCopyUtil, dcgmFBUsed, dcgmFBFree, dcgmGPUTemp, dcgmPower,
+			dcgmSMClock, dcgmXID, dcgmECCDBE, dcgmRemapUnc, dcgmRemapCorr, dcgmRemapFail} {
+			ch <- d
+		}
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	var owners map[string]podresources.Owner
+	if c.opts.Format.dcgm() && c.opts.Owners != nil {
+		// Asked before taking the lock: it may wait on the kubelet.
+		owners = c.opts.Owners()
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for host, n := range c.nodes {
 		for _, g := range n.gpus {
-			collectGPU(ch, host, n.driver, g)
+			if c.opts.Format.gpulab() {
+				collectGPU(ch, host, n.driver, g)
+			}
+			if c.opts.Format.dcgm() {
+				collectDCGM(ch, host, n.driver, g, owners[g.Device.UUID])
+			}
 		}
 	}
 }
 
+// deviceName is the GPU's device node name (nvidiaN), empty when unknown.
+func deviceName(d *nvml.Device) string {
+	if d.Minor < 0 {
+		return ""
+	}
+	return "nvidia" + strconv.Itoa(d.Minor)
+}
+
 func collectGPU(ch chan<- prometheus.Metric, host, driver string, g GPU) {
 	d := g.Device
-	device := ""
-	if d.Minor >= 0 {
-		device = "nvidia" + strconv.Itoa(d.Minor)
-	}
-	lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, device, d.Name, host}
+	lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, deviceName(d), d.Name, host}
 	gauge := func(desc *prometheus.Desc, v float64, extra ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, append(lv, extra...)...)
 	}
@@ -129,6 +222,40 @@ func collectGPU(ch chan<- prometheus.Metric, host, driver string, g GPU) {
 	gauge(descQueryErrors, float64(len(d.Errors)))
 }
 
+// collectDCGM exports g as the DCGM exporter would. Like it, a field the GPU
+// does not report has no series.
+func collectDCGM(ch chan<- prometheus.Metric, host, driver string, g GPU, o podresources.Owner) {
+	d := g.Device
+	lv := []string{strconv.Itoa(d.Index), d.UUID, d.PCIBusID, deviceName(d), d.Name, host, driver,
+		o.Container, o.Namespace, o.Pod}
+	emit := func(desc *prometheus.Desc, t prometheus.ValueType, v float64) {
+		ch <- prometheus.MustNewConstMetric(desc, t, v, lv...)
+	}
+	opt := func(desc *prometheus.Desc, t prometheus.ValueType, r nvml.Reading, scale func(float64) float64) {
+		if r.OK {
+			emit(desc, t, scale(r.Value))
+		}
+	}
+	same := func(v float64) float64 { return v }
+	percent := func(v float64) float64 { return math.Round(v * 100) }
+	mib := func(v float64) float64 { return math.Floor(v / (1 << 20)) }
+	t := d.Telemetry
+	opt(dcgmGPUUtil, prometheus.GaugeValue, t.GPUUtilization, percent)
+	opt(dcgmMemCopyUtil, prometheus.GaugeValue, t.MemoryUtilization, percent)
+	opt(dcgmFBUsed, prometheus.GaugeValue, t.MemoryUsedBytes, mib)
+	opt(dcgmFBFree, prometheus.GaugeValue, t.MemoryFreeBytes, mib)
+	opt(dcgmGPUTemp, prometheus.GaugeValue, t.TemperatureCelsius, same)
+	opt(dcgmPower, prometheus.GaugeValue, t.PowerWatts, same)
+	opt(dcgmSMClock, prometheus.GaugeValue, t.SMClockMHz, same)
+	emit(dcgmXID, prometheus.GaugeValue, float64(g.LastXID))
+	opt(dcgmECCDBE, prometheus.CounterValue, t.ECCUncorrectedVolatile, same)
+	if r := d.RemappedRows; r.Known {
+		emit(dcgmRemapUnc, prometheus.CounterValue, float64(r.Uncorrectable))
+		emit(dcgmRemapCorr, prometheus.CounterValue, float64(r.Correctable))
+		emit(dcgmRemapFail, prometheus.GaugeValue, boolf(r.Failure))
+	}
+}
+
 func boolf(b bool) float64 {
 	if b {
 		return 1
@@ -153,10 +280,11 @@ type Metrics struct {
 	HealthEvents *prometheus.CounterVec
 }
 
-// New creates the agent's metrics and registers them on reg.
-func New(reg prometheus.Registerer) *Metrics {
+// New creates the agent's metrics and registers them on reg; opts configures
+// the per-GPU series.
+func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m := &Metrics{
-		GPUs: NewCollector(),
+		GPUs: NewCollector(opts),
 		ScanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpulab_agent_scan_duration_seconds",
 			Help:    "Time to read every GPU over NVML.",

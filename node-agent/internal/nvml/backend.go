@@ -76,6 +76,9 @@ type Device struct {
 	PCIBusID string
 	// PCIDeviceID is the combined device and vendor id (e.g. 0x233010DE).
 	PCIDeviceID uint32
+	// NUMANode is the NUMA node the GPU is attached to, -1 when unknown or
+	// the machine has a single node.
+	NUMANode int
 	// MIG is nil when the GPU cannot do MIG.
 	MIG *MIG
 	// Fabric is nil where NVML has no fabric state for the GPU.
@@ -158,8 +161,9 @@ func reading(v float64) Reading { return Reading{Value: v, OK: true} }
 
 // Telemetry are point-in-time gauges in base units.
 type Telemetry struct {
-	// MemoryUsedBytes is framebuffer memory in use.
-	MemoryUsedBytes Reading
+	// MemoryUsedBytes and MemoryFreeBytes are framebuffer memory in use and
+	// free.
+	MemoryUsedBytes, MemoryFreeBytes Reading
 	// GPUUtilization and MemoryUtilization are ratios (0-1) over the last
 	// sample period; NVML does not report them for GPUs in MIG mode.
 	GPUUtilization, MemoryUtilization Reading
@@ -167,6 +171,8 @@ type Telemetry struct {
 	TemperatureCelsius Reading
 	// PowerWatts is the board power draw.
 	PowerWatts Reading
+	// SMClockMHz is the current SM clock.
+	SMClockMHz Reading
 	// ECCUncorrectedVolatile counts uncorrected ECC errors since the driver
 	// loaded.
 	ECCUncorrectedVolatile Reading

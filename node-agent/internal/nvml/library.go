@@ -25,6 +25,31 @@ type Options struct {
 	// Machine, when set, is reported as Snapshot.Machine instead of reading
 	// MachineTypeFile (mock backends use it).
 	Machine string
+	// NUMANode answers the NUMA node of the GPU at a PCI bus id, -1 when
+	// unknown. Defaults to reading /sys/bus/pci/devices/<bus id>/numa_node,
+	// as the NVIDIA device plugin does (NVML has no call for it on every
+	// driver the agent supports).
+	NUMANode func(pciBusID string) int
+}
+
+// SysfsNUMANode reads a PCI device's NUMA node from sysfs; -1 when it is
+// unknown (no such file, or the kernel says -1 on single-node machines).
+func SysfsNUMANode(pciBusID string) int {
+	// NVML's bus id has an 8-digit domain (00000000:18:00.0); sysfs a
+	// 4-digit one, in lower case.
+	id := strings.ToLower(pciBusID)
+	if len(id) > 12 {
+		id = id[len(id)-12:]
+	}
+	b, err := os.ReadFile("/sys/bus/pci/devices/" + id + "/numa_node")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // DefaultMachineTypeFile is where Linux exposes the DMI product name.
@@ -64,6 +89,9 @@ func New(lib gonvml.Interface, opts Options) *Library {
 	}
 	if opts.MachineTypeFile == "" {
 		opts.MachineTypeFile = DefaultMachineTypeFile
+	}
+	if opts.NUMANode == nil {
+		opts.NUMANode = SysfsNUMANode
 	}
 	return &Library{lib: lib, opts: opts}
 }
@@ -177,7 +205,7 @@ func (d *Device) ok(field string, ret gonvml.Return) bool {
 }
 
 func (l *Library) readDevice(i int) Device {
-	d := Device{Index: i, Minor: -1}
+	d := Device{Index: i, Minor: -1, NUMANode: -1}
 	h, ret := l.lib.DeviceGetHandleByIndex(i)
 	if !d.ok("handle", ret) {
 		return d
@@ -185,6 +213,9 @@ func (l *Library) readDevice(i int) Device {
 	l.readIdentity(h, &d)
 	if d.Lost {
 		return d
+	}
+	if d.PCIBusID != "" {
+		d.NUMANode = l.opts.NUMANode(d.PCIBusID)
 	}
 	l.readMIG(h, &d)
 	l.readHealth(h, &d)
@@ -205,6 +236,7 @@ func (l *Library) readIdentity(h gonvml.Device, d *Device) {
 	if m, ret := h.GetMemoryInfo(); d.ok("memory", ret) {
 		d.MemoryTotalBytes = m.Total
 		d.Telemetry.MemoryUsedBytes = reading(float64(m.Used))
+		d.Telemetry.MemoryFreeBytes = reading(float64(m.Free))
 	}
 	if major, minor, ret := h.GetCudaComputeCapability(); d.ok("computeCapability", ret) {
 		d.ComputeMajor, d.ComputeMinor = major, minor
@@ -302,6 +334,11 @@ func readTelemetry(h gonvml.Device, d *Device) {
 	}
 	if v, ret := h.GetPowerUsage(); ret == gonvml.SUCCESS {
 		t.PowerWatts = reading(float64(v) / 1000)
+	} else {
+		lost(ret)
+	}
+	if v, ret := h.GetClockInfo(gonvml.CLOCK_SM); ret == gonvml.SUCCESS {
+		t.SMClockMHz = reading(float64(v))
 	} else {
 		lost(ret)
 	}

@@ -44,7 +44,7 @@ func TestAgentPublishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New(prometheus.NewRegistry())
+	m := metrics.New(prometheus.NewRegistry(), metrics.Options{})
 	pub := publisher.New(admin, publisher.Options{LabelNode: true, Metrics: m})
 	a, err := agent.New(b, agent.Options{NodeName: node.Name, Interval: time.Hour, Publisher: pub, Metrics: m})
 	if err != nil {

@@ -65,7 +65,7 @@ func (b *Backend) SetLost(index int) error {
 // FailQuery makes one query on GPU index answer ret (SUCCESS clears it).
 // Fields: handle, uuid, name, minorNumber, memory, computeCapability,
 // architecture, pciInfo, migMode, migDeviceCount, migDevice, remappedRows,
-// fabric, utilization, temperature, power, ecc, eventTypes, registerEvents.
+// fabric, utilization, temperature, power, clock, ecc, eventTypes, registerEvents.
 func (b *Backend) FailQuery(index int, field string, ret gonvml.Return) error {
 	return b.set(index, func(g *gpu) {
 		if ret == gonvml.SUCCESS {

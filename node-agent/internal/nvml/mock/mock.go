@@ -55,6 +55,8 @@ type Telemetry struct {
 	TemperatureCelsius uint32
 	// PowerMilliwatts is the board power.
 	PowerMilliwatts uint32
+	// SMClockMHz is the SM clock.
+	SMClockMHz uint32
 	// ECCUncorrected is the volatile uncorrected ECC error count.
 	ECCUncorrected uint64
 }
@@ -79,6 +81,7 @@ func New(profile, nodeName string, opts nvml.Options) (*Backend, error) {
 			telemetry: Telemetry{
 				TemperatureCelsius: uint32(p.IdleTemperatureCelsius),
 				PowerMilliwatts:    uint32(p.IdlePowerWatts * 1000),
+				SMClockMHz:         p.IdleSMClockMHz,
 			},
 			fabricRet: gonvml.SUCCESS,
 		}
@@ -91,6 +94,9 @@ func New(profile, nodeName string, opts nvml.Options) (*Backend, error) {
 	b.wireServer()
 	if opts.Machine == "" {
 		opts.Machine = p.Machine
+	}
+	if opts.NUMANode == nil {
+		opts.NUMANode = p.numaNode
 	}
 	b.Library = nvml.New(srv, opts)
 	return b, nil
@@ -265,6 +271,14 @@ func (b *Backend) wireDevice(g *gpu, i int) {
 		var w uint32
 		ret := locked("power", func() { w = g.telemetry.PowerMilliwatts })
 		return w, ret
+	}
+	d.GetClockInfoFunc = func(c gonvml.ClockType) (uint32, gonvml.Return) {
+		var mhz uint32
+		ret := locked("clock", func() { mhz = g.telemetry.SMClockMHz })
+		if ret == gonvml.SUCCESS && c != gonvml.CLOCK_SM {
+			ret = gonvml.ERROR_NOT_SUPPORTED // the agent reads only the SM clock
+		}
+		return mhz, ret
 	}
 	d.GetTotalEccErrorsFunc = func(gonvml.MemoryErrorType, gonvml.EccCounterType) (uint64, gonvml.Return) {
 		var n uint64

@@ -96,8 +96,16 @@ func TestProfilesReportRealValues(t *testing.T) {
 					t.Errorf("GPU %d: remapped rows %+v", i, d.RemappedRows)
 				}
 				tel := d.Telemetry
-				if !tel.PowerWatts.OK || !tel.TemperatureCelsius.OK || !tel.GPUUtilization.OK || !tel.MemoryUsedBytes.OK || !tel.ECCUncorrectedVolatile.OK {
+				if !tel.PowerWatts.OK || !tel.TemperatureCelsius.OK || !tel.GPUUtilization.OK || !tel.MemoryUsedBytes.OK || !tel.ECCUncorrectedVolatile.OK ||
+					!tel.SMClockMHz.OK || tel.SMClockMHz.Value == 0 || !tel.MemoryFreeBytes.OK {
 					t.Errorf("GPU %d: telemetry incomplete: %+v", i, tel)
+				}
+				if free := uint64(tel.MemoryFreeBytes.Value); free != d.MemoryTotalBytes-uint64(tel.MemoryUsedBytes.Value) {
+					t.Errorf("GPU %d: free %d bytes, want total - used", i, free)
+				}
+				// Two sockets, half the GPUs on each.
+				if want := i / 4; d.NUMANode != want {
+					t.Errorf("GPU %d: NUMA node %d, want %d", i, d.NUMANode, want)
 				}
 			}
 			if s.Devices[0].PCIBusID != want.busID0 {

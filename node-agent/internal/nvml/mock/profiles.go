@@ -32,6 +32,8 @@ type Profile struct {
 	Fabric bool
 	// IdlePowerWatts and IdleTemperatureCelsius are an idle GPU's readings.
 	IdlePowerWatts, IdleTemperatureCelsius float64
+	// IdleSMClockMHz is an idle GPU's SM clock.
+	IdleSMClockMHz uint32
 	// DriverVersion, NVMLVersion and CUDADriverVersion (NVML encoding, 12080
 	// = 12.8) are the driver the node runs.
 	DriverVersion, NVMLVersion string
@@ -42,6 +44,18 @@ type Profile struct {
 
 // GPUs is the number of GPUs in the machine.
 func (p Profile) GPUs() int { return len(p.BusIDs) }
+
+// numaNode is the NUMA node of the GPU at busID: every DGX of these
+// generations is a two-socket machine with the first half of its GPUs on
+// node 0 and the second half on node 1.
+func (p Profile) numaNode(busID string) int {
+	for i, b := range p.BusIDs {
+		if b == busID {
+			return i * 2 / len(p.BusIDs)
+		}
+	}
+	return -1
+}
 
 // One driver for every profile, as on a fleet after a driver rollout; the
 // testbed's fake nodes report the same.
@@ -67,25 +81,25 @@ var Profiles = map[string]Profile{
 	"dgx-a100": {
 		Name: "dgx-a100", Machine: "DGXA100-920-23687-2530-000",
 		Product: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, PCIDeviceID: 0x20B010DE,
-		BusIDs: dgxA100BusIDs, Fabric: false, IdlePowerWatts: 56.3, IdleTemperatureCelsius: 31,
+		BusIDs: dgxA100BusIDs, Fabric: false, IdlePowerWatts: 56.3, IdleTemperatureCelsius: 31, IdleSMClockMHz: 210,
 		newServer: dgxa100.New,
 	},
 	"dgx-h100": {
 		Name: "dgx-h100", Machine: "DGXH100",
 		Product: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, PCIDeviceID: 0x233010DE,
-		BusIDs: dgxH100BusIDs, Fabric: true, IdlePowerWatts: 71.8, IdleTemperatureCelsius: 33,
+		BusIDs: dgxH100BusIDs, Fabric: true, IdlePowerWatts: 71.8, IdleTemperatureCelsius: 33, IdleSMClockMHz: 345,
 		newServer: dgxh100.New,
 	},
 	"dgx-h200": {
 		Name: "dgx-h200", Machine: "DGXH200",
 		Product: "NVIDIA H200", MemoryMiB: 143771, PCIDeviceID: 0x233510DE,
-		BusIDs: dgxH100BusIDs, Fabric: true, IdlePowerWatts: 76.4, IdleTemperatureCelsius: 32,
+		BusIDs: dgxH100BusIDs, Fabric: true, IdlePowerWatts: 76.4, IdleTemperatureCelsius: 32, IdleSMClockMHz: 345,
 		newServer: dgxh200.New,
 	},
 	"dgx-b200": {
 		Name: "dgx-b200", Machine: "DGXB200",
 		Product: "NVIDIA B200", MemoryMiB: 183359, PCIDeviceID: 0x290110DE,
-		BusIDs: dgxH100BusIDs, Fabric: true, IdlePowerWatts: 141.2, IdleTemperatureCelsius: 35,
+		BusIDs: dgxH100BusIDs, Fabric: true, IdlePowerWatts: 141.2, IdleTemperatureCelsius: 35, IdleSMClockMHz: 120,
 		newServer: dgxb200.New,
 	},
 }
