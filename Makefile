@@ -171,6 +171,15 @@ compare-operators: testbed-binaries ## Measure gpulab's operator and KubeRay sid
 	$(BIN)/compare-operators --scale=$(CONFORMANCE_SCALE) --rounds=$(COMPARE_ROUNDS) --suite=$(BIN)/gpulab-conformance \
 		--operator-binary=$(BIN)/gpulab-operator --out=$(COMPARE_OUT)
 
+BENCH_SCALES ?= 10,100,300,1000
+BENCH_OUT    ?= $(CURDIR)/_artifacts/bench-scale
+.PHONY: bench-scale
+bench-scale: testbed-binaries ## Measure the operator at N=BENCH_SCALES gangs (one testbed each, pprof on) and write the table, SVG plots and profiles to _artifacts/bench-scale.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
+	$(GO) build -o $(BIN)/bench-scale ./conformance/cmd/bench-scale
+	$(BIN)/bench-scale -n=$(BENCH_SCALES) --suite=$(BIN)/gpulab-conformance --operator-binary=$(BIN)/gpulab-operator --out=$(BENCH_OUT)
+
 FROM ?=
 .PHONY: baseline
 baseline: ## Promote a run's results to the nightly baseline: make baseline FROM=_artifacts/nightly/median/results.json.

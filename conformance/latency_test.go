@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -253,7 +254,7 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 		add("pods_ready_to_status_ready", tl.PodsReady, tl.StatusReady)
 	}
 	addTimelines(feature, timelines)
-	for _, phase := range []string{"create_to_podgroup", "create_to_pods_created", "create_to_all_bound", "create_to_pods_ready", "create_to_status_ready", "pods_ready_to_status_ready"} {
+	for _, phase := range append(slices.Clone(results.LatencyPhases), "pods_ready_to_status_ready") {
 		measured(results.Distribution(feature, phase, "seconds", phases[phase]))
 	}
 	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()),
@@ -280,6 +281,8 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 		results.Value(feature, "api_conflicts", "requests", requests("code", "409")),
 		results.Value(feature, "operator_cpu_per_cluster", "seconds", delta("process_cpu_seconds_total", nil)/float64(n)),
 		results.Value(feature, "operator_rss_max", "bytes", op.rssMax),
+		// What a gang costs in memory once everything is cached.
+		results.Value(feature, "operator_heap_per_cluster", "bytes", after.Sum("go_memstats_heap_inuse_bytes", nil)/float64(n)),
 	)
 }
 

@@ -129,8 +129,8 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 	tb := localtest.Start(t, local.Options{Name: "gpulab-faults", Fleet: fleet})
 	runOn := func(t *testing.T, fault, out string, args ...string) ([]byte, error) {
 		t.Helper()
-		op, err := profile.StartOperator(t.Context(), "operator-"+strings.ReplaceAll(fault, " ", "-"), operator, tb.Kubeconfig(), tmp,
-			"GPULAB_PLANTED_FAULT="+fault)
+		op, err := profile.StartOperator(t.Context(), profile.OperatorOptions{Name: "operator-" + strings.ReplaceAll(fault, " ", "-"),
+			Binary: operator, Kubeconfig: tb.Kubeconfig(), LogDir: tmp, Env: []string{"GPULAB_PLANTED_FAULT=" + fault}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ type OperatorProcess struct {
 	logPath     string
 	metricsPort int
 	probePort   int
-	env         []string
+	env, args   []string
 	cmd         *exec.Cmd
 	exited      chan struct{}
 }
@@ -61,15 +61,24 @@ func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProce
 		metricsPort: ports[0], probePort: ports[1]}, nil
 }
 
-// StartOperator runs one replica against kubeconfig, with env added to its
-// environment and its log in logDir/<name>.log, and waits until it is ready.
-// Tests use it to run an operator against a testbed they made.
-func StartOperator(ctx context.Context, name, binary, kubeconfig, logDir string, env ...string) (*OperatorProcess, error) {
-	op, err := newOperatorProcess(name, binary, kubeconfig, logDir)
+// OperatorOptions describes one replica started by StartOperator.
+type OperatorOptions struct {
+	// Name names the replica and its log, LogDir/<Name>.log.
+	Name, Binary, Kubeconfig, LogDir string
+	// Env is added to the replica's environment.
+	Env []string
+	// Args are added after the flags the local profile always sets.
+	Args []string
+}
+
+// StartOperator runs one replica and waits until it is ready. Tests and
+// benchmarks use it to run an operator against a testbed they made.
+func StartOperator(ctx context.Context, opts OperatorOptions) (*OperatorProcess, error) {
+	op, err := newOperatorProcess(opts.Name, opts.Binary, opts.Kubeconfig, opts.LogDir)
 	if err != nil {
 		return nil, err
 	}
-	op.env = env
+	op.env, op.args = opts.Env, opts.Args
 	return op, op.Start(ctx)
 }
 
@@ -88,6 +97,7 @@ func (o *OperatorProcess) Start(ctx context.Context) error {
 		"--kube-api-qps="+strconv.Itoa(OperatorQPS), "--kube-api-burst="+strconv.Itoa(OperatorBurst),
 		"--reconcile-concurrency="+strconv.Itoa(ReconcileConcurrency),
 	)
+	o.cmd.Args = append(o.cmd.Args, o.args...)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
 	if len(o.env) > 0 {
 		o.cmd.Env = append(os.Environ(), o.env...)
@@ -227,4 +237,12 @@ func (e *Environment) operatorVersion(ctx context.Context) string {
 		return ""
 	}
 	return pod.Spec.Containers[0].Image
+}
+
+// PID is the replica's process id (0 before Start).
+func (o *OperatorProcess) PID() int {
+	if o.cmd == nil || o.cmd.Process == nil {
+		return 0
+	}
+	return o.cmd.Process.Pid
 }

@@ -28,9 +28,8 @@ type Row struct {
 // metrics are the latency feature's measurements worth comparing, in
 // report order; a phase is compared at p50, p90 and p99.
 var (
-	phases = []string{"create_to_podgroup", "create_to_pods_created", "create_to_all_bound", "create_to_pods_ready", "create_to_status_ready"}
-	values = []string{"api_requests_per_cluster", "api_writes_per_cluster", "reconciles_per_cluster", "api_conflicts",
-		"operator_cpu_per_cluster", "operator_rss_max", "longest_partial_binding", "gangs_per_second"}
+	phases = results.LatencyPhases
+	values = results.LatencyCosts
 	// shape are the PodGroup fields both sides must agree on.
 	shape = []string{"gang_min_member", "gang_min_cpu", "gang_min_memory", "gang_min_gpus"}
 )

@@ -80,7 +80,8 @@ func Run(ctx context.Context, opts Options) (string, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return "", err
 	}
-	op, err := profile.StartOperator(ctx, "gpulab-operator", opts.Operator, tb.Kubeconfig(), opts.Out)
+	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
+		Kubeconfig: tb.Kubeconfig(), LogDir: opts.Out})
 	if err != nil {
 		return "", err
 	}

@@ -72,6 +72,10 @@ type Options struct {
 	SecureMetrics bool
 	// HealthProbeBindAddress serves /healthz and /readyz. Default ":8081".
 	HealthProbeBindAddress string
+	// PprofBindAddress serves net/http/pprof under /debug/pprof/; empty or
+	// "0" disables (the default). Block and mutex profiles are sampled only
+	// while it is on.
+	PprofBindAddress string
 	// Metrics and JobMetrics receive the gpulab_ metrics. Default: fresh
 	// sets registered with controller-runtime's registry.
 	Metrics    *metrics.Clusters
@@ -147,6 +151,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		Cache:                         cacheOpts,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
+		PprofBindAddress:              opts.PprofBindAddress,
 		LeaderElection:                opts.LeaderElect,
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,

@@ -1,0 +1,114 @@
+package benchscale
+
+import (
+	"encoding/xml"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+func TestParseStat(t *testing.T) {
+	// The command name holds a space and a parenthesis, as a process may
+	// name itself.
+	line := "4242 (kube api) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 1234 567 0 0 20 0 12 0 100 1000000 2000 18446744073709551615"
+	got, ok := parseStat(line)
+	if !ok || got != 18.01 {
+		t.Fatalf("parseStat = %v, %v; want 18.01 s (1234+567 ticks)", got, ok)
+	}
+	if _, ok := parseStat("4242 (short) S 1 2"); ok {
+		t.Error("a truncated stat line parsed")
+	}
+	if s, ok := processCPU(os.Getpid()); !ok || s < 0 {
+		t.Errorf("own process CPU = %v, %v", s, ok)
+	}
+}
+
+func point(n int, ready99, rss float64) Point {
+	return Point{N: n, Nodes: n + n/4 + 3, CPUSeconds: map[string]float64{"gpulab-operator": 2.5, "kube-apiserver": 9},
+		Results: &results.Results{Verdict: results.VerdictPassed, Measurements: []results.Measurement{
+			{Feature: "latency", Name: "create_to_status_ready", Unit: "seconds", Samples: n, P50: ready99 / 2, P99: ready99},
+			results.Value("latency", "operator_rss_max", "bytes", rss),
+			// Another feature's measurement of the same name is not ours.
+			{Feature: "other", Name: "gangs_per_second", Samples: 1, P99: 999},
+		}}}
+}
+
+func TestReportTableAndPlots(t *testing.T) {
+	dir := t.TempDir()
+	points := []Point{point(10, 1.5, 80<<20), point(100, 3.25, 120<<20)}
+	if err := WriteReport(dir, points); err != nil {
+		t.Fatal(err)
+	}
+	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 100 | 128 | PASSED |", " 3.25 |", " 120 |", "| 10 | 2.5 | 9.0 |", "![create → GPUCluster Ready](status-ready.svg)"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(string(report), "999") {
+		t.Errorf("report.md took another feature's measurement:\n%s", report)
+	}
+	for _, pl := range plots {
+		data, err := os.ReadFile(filepath.Join(dir, pl.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct{ XMLName xml.Name }
+		if err := xml.Unmarshal(data, &doc); err != nil || doc.XMLName.Local != "svg" {
+			t.Errorf("%s is not an SVG document: %v", pl.file, err)
+		}
+	}
+	ready, _ := os.ReadFile(filepath.Join(dir, "status-ready.svg"))
+	if n := strings.Count(string(ready), "<circle"); n != 4 {
+		t.Errorf("status-ready.svg has %d points, want 4 (p50 and p99 at two scales)", n)
+	}
+	gangs, _ := os.ReadFile(filepath.Join(dir, "gangs-per-second.svg"))
+	if strings.Contains(string(gangs), "<circle") {
+		t.Error("gangs-per-second.svg plots points no run measured")
+	}
+}
+
+func TestPlotLogAxis(t *testing.T) {
+	svg := Plot("t", "x", "y", []Series{{Name: "a", Points: []XY{{10, 1}, {100, 2}, {1000, 4}}}})
+	// Decades are evenly spaced: 10, 100 and 1000 at equal distances.
+	for _, tick := range []string{">10<", ">100<", ">1000<"} {
+		if !strings.Contains(svg, tick) {
+			t.Errorf("no %s tick in\n%s", tick, svg)
+		}
+	}
+	var xs []string
+	for _, part := range strings.Split(svg, `<circle cx="`)[1:] {
+		xs = append(xs, part[:strings.IndexByte(part, '"')])
+	}
+	if len(xs) != 3 {
+		t.Fatalf("circles at %v", xs)
+	}
+	var x [3]float64
+	for i := range xs {
+		if _, err := fmt.Sscan(xs[i], &x[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d1, d2 := x[1]-x[0], x[2]-x[1]; d1 <= 0 || math.Abs(d1-d2) > 0.2 {
+		t.Errorf("decades not evenly spaced: x = %v", x)
+	}
+	if !strings.Contains(Plot("t", "x", "y", nil), "no data") {
+		t.Error("an empty plot does not say so")
+	}
+}
+
+func TestOptionsRejectBadInput(t *testing.T) {
+	for _, o := range []Options{{Scales: []int{0}, Suite: "s", Operator: "o", Out: "d"}, {Suite: "s"}} {
+		if err := o.defaults(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package benchscale
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpulab/gpulab/conformance/results"
+)
+
+// value is a latency measurement of a point: its p50, p99 or single value.
+func (p Point) value(name string, pick func(results.Measurement) float64) (float64, bool) {
+	for _, m := range p.Results.Measurements {
+		if m.Feature == "latency" && m.Name == name && m.Samples > 0 {
+			return pick(m), true
+		}
+	}
+	return 0, false
+}
+
+func p50(m results.Measurement) float64 { return m.P50 }
+func p99(m results.Measurement) float64 { return m.P99 }
+
+// column is one column of the table and, with a plot name, one plot.
+type column struct {
+	title, measurement string
+	pick               func(results.Measurement) float64
+	scale              float64 // the value is multiplied by it for display
+	format             string
+}
+
+var columns = []column{
+	{"→PodGroup p99 s", "create_to_podgroup", p99, 1, "%.2f"},
+	{"→pods created p50 s", "create_to_pods_created", p50, 1, "%.2f"},
+	{"→pods created p99 s", "create_to_pods_created", p99, 1, "%.2f"},
+	{"→all bound p99 s", "create_to_all_bound", p99, 1, "%.2f"},
+	{"→Ready p50 s", "create_to_status_ready", p50, 1, "%.2f"},
+	{"→Ready p99 s", "create_to_status_ready", p99, 1, "%.2f"},
+	{"gangs/s", "gangs_per_second", p99, 1, "%.1f"},
+	{"API req/gang", "api_requests_per_cluster", p99, 1, "%.1f"},
+	{"reconciles/gang", "reconciles_per_cluster", p99, 1, "%.1f"},
+	{"409s", "api_conflicts", p99, 1, "%.0f"},
+	{"CPU ms/gang", "operator_cpu_per_cluster", p99, 1000, "%.0f"},
+	{"RSS max MiB", "operator_rss_max", p99, 1.0 / (1 << 20), "%.0f"},
+	{"heap KiB/gang", "operator_heap_per_cluster", p99, 1.0 / (1 << 10), "%.0f"},
+	{"longest partial s", "longest_partial_binding", p99, 1, "%.2f"},
+}
+
+// plots are the figures, each one or more series of a measurement.
+var plots = []struct {
+	file, title, unit string
+	series            []column
+}{
+	{"podgroup.svg", "create → PodGroup", "seconds", phaseSeries("create_to_podgroup")},
+	{"pods-created.svg", "create → all pods created", "seconds", phaseSeries("create_to_pods_created")},
+	{"all-bound.svg", "create → all pods bound", "seconds", phaseSeries("create_to_all_bound")},
+	{"pods-ready.svg", "create → all pods Ready", "seconds", phaseSeries("create_to_pods_ready")},
+	{"status-ready.svg", "create → GPUCluster Ready", "seconds", phaseSeries("create_to_status_ready")},
+	{"gangs-per-second.svg", "creation throughput", "gangs/s", []column{{"gangs/s", "gangs_per_second", p99, 1, ""}}},
+	{"api-requests.svg", "API requests per gang", "requests", []column{{"requests", "api_requests_per_cluster", p99, 1, ""}}},
+	{"cpu-per-gang.svg", "operator CPU per gang", "CPU ms", []column{{"CPU ms", "operator_cpu_per_cluster", p99, 1000, ""}}},
+	{"rss.svg", "operator RSS max", "MiB", []column{{"RSS", "operator_rss_max", p99, 1.0 / (1 << 20), ""}}},
+}
+
+func phaseSeries(name string) []column {
+	return []column{{"p50", name, p50, 1, ""}, {"p99", name, p99, 1, ""}}
+}
+
+// Markdown renders the table of every point and the CPU each process
+// spent.
+func Markdown(points []Point) string {
+	var b strings.Builder
+	b.WriteString("| N gangs | nodes | verdict |")
+	for _, c := range columns {
+		b.WriteString(" " + c.title + " |")
+	}
+	b.WriteString("\n|---|---|---|" + strings.Repeat("---|", len(columns)) + "\n")
+	for _, p := range points {
+		fmt.Fprintf(&b, "| %d | %d | %s |", p.N, p.Nodes, p.Results.Verdict)
+		for _, c := range columns {
+			if v, ok := p.value(c.measurement, c.pick); ok {
+				fmt.Fprintf(&b, " "+c.format+" |", v*c.scale)
+			} else {
+				b.WriteString(" - |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	procs := map[string]bool{}
+	for _, p := range points {
+		for name := range p.CPUSeconds {
+			procs[name] = true
+		}
+	}
+	names := slices.Sorted(maps.Keys(procs))
+	b.WriteString("\nCPU seconds per process during the run (2 cores = 2 s per second of wall time):\n\n| N gangs |")
+	for _, n := range names {
+		b.WriteString(" " + n + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(names)) + "\n")
+	for _, p := range points {
+		fmt.Fprintf(&b, "| %d |", p.N)
+		for _, n := range names {
+			if v, ok := p.CPUSeconds[n]; ok {
+				fmt.Fprintf(&b, " %.1f |", v)
+			} else {
+				b.WriteString(" - |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// WriteReport writes report.md and the plots into dir.
+func WriteReport(dir string, points []Point) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# gpulab operator scaling, %s\n\nN gangs (1 head + 2 workers x 4 GPUs) created at once on a local testbed of ~1.25 N nodes, "+
+		"one testbed per N; the operator at 16 reconcile workers, QPS 200 / burst 400, pprof on. Profiles are in n-<N>/.\n\n%s\n",
+		time.Now().UTC().Format("2006-01-02"), Markdown(points))
+	for _, pl := range plots {
+		var series []Series
+		for _, c := range pl.series {
+			s := Series{Name: c.title}
+			for _, p := range points {
+				if v, ok := p.value(c.measurement, c.pick); ok {
+					s.Points = append(s.Points, XY{X: float64(p.N), Y: v * c.scale})
+				}
+			}
+			series = append(series, s)
+		}
+		svg := Plot(pl.title, "N gangs (log)", pl.unit, series)
+		if err := os.WriteFile(filepath.Join(dir, pl.file), []byte(svg), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "![%s](%s)\n", pl.title, pl.file)
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644)
+}

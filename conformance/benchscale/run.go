@@ -1,0 +1,227 @@
+// Package benchscale measures how gpulab's operator scales: for each N it
+// brings up a local testbed sized for N gangs, runs the operator with
+// pprof on, measures N gangs created at once with the suite's latency
+// feature, and records the CPU every testbed process spent, the operator's
+// CPU, heap and block profiles, and the suite's results. Report renders
+// the table and one SVG plot per metric against N.
+package benchscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/gpulab/gpulab/conformance/profile"
+	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/local"
+)
+
+// DefaultScales are the gang counts `make bench-scale` measures.
+var DefaultScales = []int{10, 100, 300, 1000}
+
+// Options configures a scaling run.
+type Options struct {
+	// Scales are the gang counts, one testbed each (default DefaultScales).
+	Scales []int
+	// Suite and Operator are the gpulab-conformance and gpulab-operator
+	// binaries (required).
+	Suite, Operator string
+	// Out receives n-<N>/ per scale (results, profiles, logs), report.md
+	// and the plots (required).
+	Out string
+	// TestbedName names the testbeds (default gpulab-bench-scale).
+	TestbedName string
+	// Log receives progress and the suite's output (default io.Discard).
+	Log io.Writer
+}
+
+func (o *Options) defaults() error {
+	if len(o.Scales) == 0 {
+		o.Scales = DefaultScales
+	}
+	if o.TestbedName == "" {
+		o.TestbedName = "gpulab-bench-scale"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	for _, n := range o.Scales {
+		if n < 1 {
+			return fmt.Errorf("every scale must be at least 1, got %d", n)
+		}
+	}
+	if o.Suite == "" || o.Operator == "" || o.Out == "" {
+		return errors.New("the suite and operator binaries and an output directory are required")
+	}
+	return nil
+}
+
+// Point is one scale's measurements.
+type Point struct {
+	N       int
+	Nodes   int
+	Results *results.Results
+	// CPUSeconds is the CPU each process spent during the suite's run:
+	// the operator and every testbed component.
+	CPUSeconds map[string]float64
+}
+
+// Run measures every scale in turn and writes report.md and the plots.
+// A scale whose run fails still lands in the report (its verdict says
+// so) and fails Run at the end, so one bad scale does not hide the rest.
+func Run(ctx context.Context, opts Options) ([]Point, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	var points []Point
+	var errs []error
+	for _, n := range opts.Scales {
+		p, err := runScale(ctx, opts, n)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("N=%d: %w", n, err))
+		}
+		if p != nil {
+			points = append(points, *p)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := WriteReport(opts.Out, points); err != nil {
+		errs = append(errs, err)
+	}
+	return points, errors.Join(errs...)
+}
+
+func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
+	out := filepath.Join(opts.Out, fmt.Sprintf("n-%d", n))
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	fleet, err := profile.LocalFleet(profile.Options{Scale: n})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(opts.Log, "bench-scale: N=%d on %d nodes\n", n, len(fleet.Nodes()))
+	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 10 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.Up(ctx); err != nil {
+		return nil, errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
+	}
+	defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
+	pprofAddr, err := freeLoopback()
+	if err != nil {
+		return nil, err
+	}
+	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
+		Kubeconfig: tb.Kubeconfig(), LogDir: out, Args: []string{"--pprof-bind-address=" + pprofAddr}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = op.Stop() }()
+	procs, err := processes(ctx, tb, op)
+	if err != nil {
+		return nil, err
+	}
+
+	before := cpuSeconds(procs)
+	// The CPU profile covers the burst: setup, creation, binding and
+	// readiness take well under this at every scale measured.
+	cpuProfile := make(chan error, 1)
+	go func() {
+		cpuProfile <- fetch(ctx, "http://"+pprofAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(profileSeconds(n)), filepath.Join(out, "cpu.pprof"))
+	}()
+	cmd := exec.CommandContext(ctx, opts.Suite, "run", "--profile=cluster", "--kubeconfig="+tb.Kubeconfig(),
+		"--workload=gpucluster", "--feature=^latency$", "--assess=clusters created at once", "--scale="+strconv.Itoa(n),
+		"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url="+op.MetricsURL(), "--out="+out,
+		"--cluster-name="+opts.TestbedName, "--timeout=60m")
+	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+	runErr := cmd.Run()
+	after := cpuSeconds(procs)
+	var profErrs []error
+	for _, p := range []string{"heap", "block", "mutex"} {
+		profErrs = append(profErrs, fetch(ctx, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(out, p+".pprof")))
+	}
+	profErrs = append(profErrs, <-cpuProfile)
+
+	r, readErr := results.Read(filepath.Join(out, "results.json"))
+	if readErr != nil {
+		return nil, errors.Join(runErr, readErr)
+	}
+	p := &Point{N: n, Nodes: len(fleet.Nodes()), Results: r, CPUSeconds: map[string]float64{}}
+	for name := range procs {
+		p.CPUSeconds[name] = after[name] - before[name]
+	}
+	if err := errors.Join(profErrs...); err != nil {
+		fmt.Fprintf(opts.Log, "bench-scale: N=%d: a profile is missing: %v\n", n, err)
+	}
+	if runErr != nil {
+		return p, fmt.Errorf("the suite's run: %w", runErr)
+	}
+	return p, nil
+}
+
+// profileSeconds is how long the CPU profile runs at N gangs: the suite's
+// setup plus the burst, measured at about 10 s + 0.1 s per gang here.
+func profileSeconds(n int) int {
+	return min(20+n/5, 600)
+}
+
+// processes maps the names of the processes to measure to their pids.
+func processes(ctx context.Context, tb *local.Testbed, op *profile.OperatorProcess) (map[string]int, error) {
+	st, err := tb.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	procs := map[string]int{"gpulab-operator": op.PID()}
+	for _, c := range st.Components {
+		if c.Running {
+			procs[c.Name] = c.PID
+		}
+	}
+	return procs, nil
+}
+
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// fetch saves url's body to path.
+func fetch(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetching %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
