@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -59,6 +60,15 @@ type variable struct {
 	Datasource *datasource     `json:"datasource"`
 	IncludeAll bool            `json:"includeAll"`
 	Multi      bool            `json:"multi"`
+	AllValue   string          `json:"allValue"`
+	Regex      string          `json:"regex"`
+	Options    []struct {
+		Text  string `json:"text"`
+		Value string `json:"value"`
+	} `json:"options"`
+	Current struct {
+		Value any `json:"value"`
+	} `json:"current"`
 }
 
 // expr is the PromQL of a query variable (object or legacy string form).
@@ -164,8 +174,19 @@ func TestDashboardSchema(t *testing.T) {
 				if v.Datasource == nil || v.Datasource.UID != "${datasource}" {
 					t.Errorf("%s: variable %s does not use ${datasource}", path, v.Name)
 				}
-				if !strings.HasPrefix(v.expr(), "label_values(") {
-					t.Errorf("%s: variable %s query %q is not label_values(...)", path, v.Name, v.expr())
+				switch q := v.expr(); {
+				case labelValuesRE.MatchString(q):
+				case queryResultRE.MatchString(q):
+					// Grafana keeps the regex's first group of each result line.
+					if re, err := grafanaRegex(v.Regex); err != nil || re.NumSubexp() != 1 {
+						t.Errorf("%s: variable %s: query_result needs a regex with one group, has %q (%v)", path, v.Name, v.Regex, err)
+					}
+				default:
+					t.Errorf("%s: variable %s query %q is neither label_values(selector, label) nor query_result(expr)", path, v.Name, q)
+				}
+			case v.Type == "custom":
+				if len(v.Options) < 2 || v.Current.Value != v.Options[0].Value {
+					t.Errorf("%s: custom variable %s needs its choices as options, the first current: %+v", path, v.Name, v)
 				}
 			default:
 				t.Errorf("%s: variable %s has unexpected type %q", path, v.Name, v.Type)
@@ -174,6 +195,7 @@ func TestDashboardSchema(t *testing.T) {
 		if !vars["datasource"] {
 			t.Errorf("%s: no datasource variable", path)
 		}
+		checkClusterVariable(t, path, d)
 		checkRefs := func(where, expr string) {
 			for _, m := range varRef.FindAllStringSubmatch(expr, -1) {
 				if !vars[m[1]] && !builtins[m[1]] {
@@ -229,8 +251,159 @@ func TestDashboardSchema(t *testing.T) {
 					t.Errorf("%s: %s target %s does not use ${datasource}", path, where, tg.RefID)
 				}
 				checkRefs(where, tg.Expr)
+				for _, sel := range selectors(tg.Expr) {
+					if !strings.Contains(sel, `cluster=~"$cluster"`) {
+						t.Errorf("%s: %s target %s: selector {%s} does not filter on $cluster", path, where, tg.RefID, sel)
+					}
+				}
 			}
 		}
+	}
+}
+
+// checkClusterVariable checks the dashboard has the cluster picker every
+// query filters on: label_values(..., cluster), multi, All being ".*" (so a
+// Prometheus without cluster labels still shows everything).
+func checkClusterVariable(t *testing.T, path string, d dashboard) {
+	t.Helper()
+	for _, v := range d.Templating.List {
+		if v.Name != "cluster" {
+			continue
+		}
+		m := labelValuesRE.FindStringSubmatch(v.expr())
+		if v.Type != "query" || m == nil || m[2] != "cluster" || !v.Multi || !v.IncludeAll || v.AllValue != ".*" {
+			t.Errorf("%s: variable cluster must be label_values(..., cluster), multi, include All with allValue .*: %+v", path, v)
+		}
+		return
+	}
+	t.Errorf("%s: no cluster variable", path)
+}
+
+var queryResultRE = regexp.MustCompile(`^query_result\((.+)\)$`)
+
+// grafanaRegex compiles a variable's regex as Grafana writes it (/.../).
+func grafanaRegex(s string) (*regexp.Regexp, error) {
+	if len(s) < 2 || s[0] != '/' || s[len(s)-1] != '/' {
+		return nil, fmt.Errorf("regex %q is not /.../", s)
+	}
+	return regexp.Compile(s[1 : len(s)-1])
+}
+
+// selectors returns the bodies of a PromQL expression's label selectors
+// ({...} outside string literals).
+func selectors(expr string) []string {
+	var out []string
+	quote, start := rune(0), -1
+	for i, r := range expr {
+		switch {
+		case quote != 0:
+			if r == quote && expr[i-1] != '\\' {
+				quote = 0
+			}
+		case r == '"' || r == '\'' || r == '`':
+			quote = r
+		case r == '{':
+			start = i + 1
+		case r == '}' && start >= 0:
+			out = append(out, expr[start:i])
+			start = -1
+		}
+	}
+	return out
+}
+
+// TestSelectorsScanner keeps the cluster check above able to fail.
+func TestSelectorsScanner(t *testing.T) {
+	got := selectors(`sum(a{x="}", cluster=~"$cluster"}) / b{y=~"${source}.+"} or vector(0)`)
+	want := []string{`x="}", cluster=~"$cluster"`, `y=~"${source}.+"`}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("selectors = %q, want %q", got, want)
+	}
+}
+
+// TestGPUFleetSources checks the GPU-fleet dashboard's source switch: a
+// custom variable offering gpulab-agent's and DCGM exporter's metric-name
+// prefixes, and every per-GPU selector guarded by it, so one source's
+// series never show while the other is selected.
+func TestGPUFleetSources(t *testing.T) {
+	d := loadDashboards(t)["grafana/gpu-fleet.json"]
+	var source *variable
+	for i, v := range d.Templating.List {
+		if v.Name == "source" {
+			source = &d.Templating.List[i]
+		}
+	}
+	if source == nil || source.Type != "custom" || len(source.Options) != 2 ||
+		source.Options[0].Value != dashboards.SourceGPULab.Value || source.Options[1].Value != dashboards.SourceDCGM.Value {
+		t.Fatalf("gpu-fleet needs a custom variable source with values %q, %q: %+v", dashboards.SourceGPULab.Value, dashboards.SourceDCGM.Value, source)
+	}
+	bare := regexp.MustCompile(`(^|[^"])(gpulab_gpu_|DCGM_FI_)`) // a metric name, not a label name in quotes
+	exprs := []string{}
+	for _, v := range d.Templating.List {
+		if v.Type == "query" {
+			exprs = append(exprs, v.expr())
+		}
+	}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	for _, e := range exprs {
+		outside := e
+		for _, sel := range selectors(e) {
+			outside = strings.Replace(outside, sel, "", 1)
+		}
+		if bare.MatchString(outside) {
+			t.Errorf("%q names a GPU series outside a guarded selector", e)
+		}
+		for _, sel := range selectors(e) {
+			if strings.Contains(sel, "__name__=") && !strings.Contains(sel, `__name__=~"${source}.+"`) {
+				t.Errorf("%q: selector {%s} is not guarded by ${source}", e, sel)
+			}
+		}
+	}
+}
+
+// TestQueriesParse runs every panel and variable query, its variables
+// substituted, through promtool's PromQL parser (as recording rules).
+func TestQueriesParse(t *testing.T) {
+	bin := promtool(t)
+	var rules []map[string]any
+	for path, d := range loadDashboards(t) {
+		vals := map[string][]string{}
+		for _, v := range d.Templating.List {
+			vals[v.Name] = []string{"x"}
+		}
+		add := func(where, expr string) {
+			if m := labelValuesRE.FindStringSubmatch(expr); m != nil {
+				expr = m[1]
+			} else if m := queryResultRE.FindStringSubmatch(expr); m != nil {
+				expr = m[1]
+			}
+			rules = append(rules, map[string]any{"record": "dashboard_query", "expr": substitute(expr, vals, time.Now()), "labels": map[string]string{"query_of": where}})
+		}
+		for _, v := range d.Templating.List {
+			if v.Type == "query" {
+				add(path+" variable "+v.Name, v.expr())
+			}
+		}
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				add(path+" panel "+p.Title, tg.Expr)
+			}
+		}
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboards", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "queries.rules.yml")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on the dashboards' %d queries: %v\n%s", len(rules), err, out)
 	}
 }
 

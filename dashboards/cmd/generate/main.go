@@ -1,6 +1,9 @@
-// Command generate writes gpulab's Grafana dashboards (grafana/*.json) and
-// the PrometheusRule (prometheus/operator/prometheusrule.yaml) into the
-// dashboards directory it runs in (`go generate ./dashboards`).
+// Command generate writes gpulab's Grafana dashboards (grafana/*.json), the
+// PrometheusRule (prometheus/operator/prometheusrule.yaml) and the
+// dashboards as sidecar ConfigMaps (prometheus/operator/grafana-dashboards.yaml)
+// into the dashboards directory it runs in (`go generate ./dashboards`),
+// and the Helm chart's copies of the dashboards and rule files
+// (charts/gpulab/dashboards, charts/gpulab/files).
 package main
 
 import (
@@ -28,10 +31,15 @@ func main() {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		fmt.Println("wrote", filepath.Join(dir, name))
+		if err := os.WriteFile(path, files[name], 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("wrote", path)
 	}
 }
