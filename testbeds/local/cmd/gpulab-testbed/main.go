@@ -48,7 +48,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("gpulab-testbed", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults(); fmt.Fprint(fs.Output(), kindUsage) }
 	name := fs.String("name", local.DefaultName, "testbed (kwokctl cluster) name, a DNS-1123 label [$TESTBED_NAME]")
 	nodes := fs.String("nodes", envOr("TESTBED_NODES", local.DefaultFleet),
 		"fake GPU nodes as profile=count,... ("+fmt.Sprint(local.ProfileNames())+") [$TESTBED_NODES]")
@@ -68,6 +68,9 @@ func run(ctx context.Context, args []string) error {
 		fs.SetOutput(os.Stdout)
 		fs.Usage()
 		return flag.ErrHelp
+	}
+	if kindCommands[cmd] {
+		return runKind(ctx, cmd, args[1:])
 	}
 	if env, ok := os.LookupEnv("TESTBED_NAME"); ok {
 		*name = env

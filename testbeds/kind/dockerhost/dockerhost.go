@@ -1,0 +1,256 @@
+// Package dockerhost makes sure a Docker daemon that can run kind's
+// privileged node containers is there: it uses the one that answers, or
+// starts Debian's dockerd (package docker.io) as root, with the
+// capability shim of package runtimeshim as its default runtime where the
+// host's capability bounding set is smaller than `--privileged` needs.
+//
+// The daemon it starts outlives the calling process (the testbed's clusters
+// run in it); Stop ends it by the PID it recorded.
+package dockerhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	gexec "github.com/vladimirvivien/gexe/exec"
+
+	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
+	"github.com/gpulab/gpulab/testbeds/kind/runtimeshim"
+)
+
+// ShimRuntime is the name the shim is registered under in dockerd.
+const ShimRuntime = "gpulab-runc"
+
+// Options configures Ensure.
+type Options struct {
+	// StateDir holds the daemon's PID file, log, the built shim and, when
+	// it is started here, its data root. Required.
+	StateDir string
+	// RepoRoot is the gpulab repository, where the shim is built from.
+	// Required when the shim is needed.
+	RepoRoot string
+	// ReadyTimeout bounds the wait for a started daemon to answer.
+	// Defaults to 60s.
+	ReadyTimeout time.Duration
+	// Log receives progress. Defaults to io.Discard.
+	Log io.Writer
+	// StatusFile is where the capability bounding set is read from.
+	// Defaults to /proc/self/status.
+	StatusFile string
+}
+
+// Daemon describes the Docker daemon in use.
+type Daemon struct {
+	// PID is the dockerd this package started, 0 for one that was running.
+	PID int
+	// Shim is true when containers run through the capability shim.
+	Shim bool
+	// Log is the started daemon's log file ("" for one already running).
+	Log string
+	// MissingCaps are the capabilities the bounding set lacks.
+	MissingCaps []string
+}
+
+// ErrNoDocker says neither a daemon nor dockerd is there to use.
+var ErrNoDocker = errors.New("no Docker daemon answers and dockerd is not installed (Debian: apt-get install -y docker.io)")
+
+func (o Options) withDefaults() (Options, error) {
+	if o.StateDir == "" {
+		return o, errors.New("dockerhost: Options.StateDir is required")
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 60 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.StatusFile == "" {
+		o.StatusFile = "/proc/self/status"
+	}
+	return o, nil
+}
+
+// Usable says whether the docker client reaches a daemon that can run a
+// privileged container; the error says what is missing.
+func Usable(ctx context.Context) error {
+	if _, err := exec.LookPath("docker"); err != nil {
+		return fmt.Errorf("no docker client on PATH: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err := command.Output(ctx, command.Cmd{Name: "docker", Args: []string{"info", "--format", "{{.ServerVersion}}"}})
+	return err
+}
+
+// Ensure returns the daemon to use, starting dockerd when none answers.
+func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	bounding, err := runtimeshim.Bounding(opts.StatusFile)
+	if err != nil {
+		return nil, err
+	}
+	missing := runtimeshim.Missing(bounding)
+	if Usable(ctx) == nil {
+		d := &Daemon{MissingCaps: missing, PID: recordedPID(opts.StateDir)}
+		if d.PID != 0 {
+			d.Log = logPath(opts.StateDir)
+		}
+		d.Shim, err = runsShim(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(missing) > 0 && !d.Shim {
+			return nil, fmt.Errorf("the running Docker daemon cannot start privileged containers on this host (the capability bounding set lacks %s): restart it with the %s runtime (gpulab-testbed docker-down; gpulab-testbed docker-up)",
+				strings.Join(missing, ", "), ShimRuntime)
+		}
+		return d, nil
+	}
+	dockerd, err := exec.LookPath("dockerd")
+	if err != nil {
+		return nil, ErrNoDocker
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	args := []string{"--pidfile", pidPath(opts.StateDir), "--storage-driver", "overlay2"}
+	d := &Daemon{MissingCaps: missing, Log: logPath(opts.StateDir)}
+	if len(missing) > 0 {
+		shim, err := buildShim(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--add-runtime", ShimRuntime+"="+shim, "--default-runtime", ShimRuntime)
+		d.Shim = true
+		fmt.Fprintf(opts.Log, "the capability bounding set lacks %s: containers run through %s\n", strings.Join(missing, ", "), shim)
+	}
+	logFile, err := os.OpenFile(d.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	// Not bound to ctx: the daemon must outlive this process.
+	proc := gexec.NewProc(dockerd)
+	cmd := proc.Command()
+	cmd.Args = append([]string{dockerd}, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := proc.Start().Err(); err != nil {
+		return nil, fmt.Errorf("starting dockerd: %w", err)
+	}
+	d.PID = proc.ID()
+	go func() { _ = cmd.Wait() }() // reap it if it dies while this process runs
+	fmt.Fprintf(opts.Log, "started dockerd (PID %d, log %s)\n", d.PID, d.Log)
+	deadline := time.Now().Add(opts.ReadyTimeout)
+	for {
+		if err = Usable(ctx); err == nil {
+			return d, nil
+		}
+		if !alive(d.PID) {
+			return nil, fmt.Errorf("dockerd (PID %d) exited: see %s", d.PID, d.Log)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("dockerd (PID %d) did not answer within %s (log %s): %w", d.PID, opts.ReadyTimeout, d.Log, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends the dockerd that Ensure started (by the PID it recorded) and
+// waits for it to exit; without one it does nothing.
+func Stop(ctx context.Context, stateDir string, timeout time.Duration) (int, error) {
+	pid := recordedPID(stateDir)
+	if pid == 0 {
+		return 0, nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return pid, fmt.Errorf("stopping dockerd (PID %d): %w", pid, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			return pid, fmt.Errorf("dockerd (PID %d) still runs %s after SIGTERM", pid, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return pid, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return pid, nil
+}
+
+// runsShim says whether the running daemon's default runtime is the shim.
+func runsShim(ctx context.Context) (bool, error) {
+	out, err := command.Output(ctx, command.Cmd{Name: "docker", Args: []string{"info", "--format", "{{.DefaultRuntime}}"}})
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(out) == ShimRuntime, nil
+}
+
+// buildShim compiles the shim into the state folder, with the host's runc
+// stamped in.
+func buildShim(ctx context.Context, opts Options) (string, error) {
+	if opts.RepoRoot == "" {
+		return "", errors.New("dockerhost: Options.RepoRoot is required to build the runtime shim")
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return "", fmt.Errorf("the runtime shim hands over to runc, which is not on PATH (Debian: apt-get install -y runc): %w", err)
+	}
+	out := filepath.Join(opts.StateDir, ShimRuntime)
+	err = command.Run(ctx, command.Cmd{
+		Name: "go", Dir: opts.RepoRoot, Env: []string{"CGO_ENABLED=0"},
+		Args: []string{"build", "-trimpath", "-ldflags", "-s -w -X main.runcPath=" + runc, "-o", out, "./testbeds/kind/runtimeshim/cmd/gpulab-runc"},
+	})
+	if err != nil {
+		return "", fmt.Errorf("building the runtime shim: %w", err)
+	}
+	return out, nil
+}
+
+func pidPath(dir string) string { return filepath.Join(dir, "dockerd.pid") }
+func logPath(dir string) string { return filepath.Join(dir, "dockerd.log") }
+
+// recordedPID is the PID in the state folder's PID file if that process
+// still runs, else 0.
+func recordedPID(dir string) int {
+	data, err := os.ReadFile(pidPath(dir))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 || !alive(pid) {
+		return 0
+	}
+	return pid
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	// A zombie (exited, not reaped) counts as gone.
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) == 0 || fields[0] != "Z"
+}

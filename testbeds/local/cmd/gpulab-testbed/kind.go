@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpulab/gpulab/testbeds/kind"
+	"github.com/gpulab/gpulab/testbeds/kind/dockerhost"
+	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// kindCommands are the commands of the kind testbed (Docker hosts), with
+// their own flags.
+var kindCommands = map[string]bool{
+	"docker-up": true, "docker-down": true, "kind-build": true, "kind-image": true,
+	"kind-up": true, "kind-down": true, "kind-logs": true,
+}
+
+const kindUsage = `
+kind testbed commands (need Docker; run as root to start dockerd or build the base image):
+  docker-up    use the Docker daemon that answers, or start dockerd (with the
+               capability shim where the bounding set is short) and leave it running
+  docker-down  stop the dockerd that docker-up started
+  kind-build   build a kind node's programs from the Go module proxy (cached)
+  kind-image   build the kind node image and its component images (cached)
+  kind-up      create a kind cluster from that image (--name, --workers, --profile)
+  kind-down    delete the kind cluster
+  kind-logs    export the kind cluster's node logs (--dir)
+`
+
+func runKind(ctx context.Context, cmd string, args []string) error {
+	fs := flag.NewFlagSet("gpulab-testbed "+cmd, flag.ContinueOnError)
+	cache := fs.String("cache-dir", "", "cache for binaries, images and Docker state (default $GPULAB_CACHE or <repo>/.cache)")
+	name := fs.String("name", "gpulab", "kind cluster name, a DNS-1123 label")
+	workers := fs.Int("workers", 4, "kind-up: worker nodes")
+	profile := fs.String("profile", kind.DefaultWorkerProfile, "kind-up: the node profile the workers play")
+	timeout := fs.Duration("timeout", 5*time.Minute, "kind-up: how long to wait for nodes, CoreDNS and the pod network")
+	dir := fs.String("dir", "", "kind-logs: where to export (default <repo>/_artifacts/kind-<name>)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *workers < 0 {
+		return fmt.Errorf("--workers must not be negative, got %d", *workers)
+	}
+	cacheDir := *cache
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = binaries.DefaultCacheDir(); err != nil {
+			return err
+		}
+	}
+	stateDir := kind.DockerStateDir(cacheDir)
+	switch cmd {
+	case "kind-build":
+		opts := binaries.Options{CacheDir: cacheDir, Log: os.Stdout}
+		if _, err := binaries.Ensure(ctx, opts); err != nil {
+			return err
+		}
+		_, err := binaries.EnsureKind(ctx, opts)
+		return err
+	case "kind-image":
+		root, err := binaries.ModuleRoot()
+		if err != nil {
+			return err
+		}
+		if _, err := dockerhost.Ensure(ctx, dockerhost.Options{StateDir: stateDir, RepoRoot: root, Log: os.Stdout}); err != nil {
+			return err
+		}
+		start := time.Now()
+		res, err := nodeimage.Build(ctx, nodeimage.Options{CacheDir: cacheDir, RepoRoot: root, Log: os.Stdout})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("node image %s (built: %t, %s)\n", res.Ref, res.Built, time.Since(start).Round(time.Second))
+		return nil
+	case "docker-up":
+		root, err := binaries.ModuleRoot()
+		if err != nil {
+			return err
+		}
+		d, err := dockerhost.Ensure(ctx, dockerhost.Options{StateDir: stateDir, RepoRoot: root, Log: os.Stdout})
+		if err != nil {
+			return err
+		}
+		if d.PID != 0 {
+			fmt.Printf("dockerd PID %d (shim: %t), log %s\n", d.PID, d.Shim, d.Log)
+		} else {
+			fmt.Printf("using the Docker daemon already running (shim: %t)\n", d.Shim)
+		}
+		return nil
+	case "docker-down":
+		pid, err := dockerhost.Stop(ctx, stateDir, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		if pid == 0 {
+			fmt.Println("no dockerd started by docker-up is running")
+		} else {
+			fmt.Printf("dockerd (PID %d) stopped\n", pid)
+		}
+		return nil
+	}
+	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "kind-up":
+		if err := c.Up(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("kind cluster %q is up; export KUBECONFIG=%s\n", c.Name(), c.Kubeconfig())
+		return nil
+	case "kind-down":
+		if err := c.Down(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("kind cluster %q is deleted\n", c.Name())
+		return nil
+	case "kind-logs":
+		out := *dir
+		if out == "" {
+			root, err := binaries.ModuleRoot()
+			if err != nil {
+				return err
+			}
+			out = filepath.Join(root, "_artifacts", "kind-"+c.Name())
+		}
+		if err := c.CollectLogs(ctx, out); err != nil {
+			return err
+		}
+		fmt.Printf("logs of kind cluster %q in %s\n", c.Name(), out)
+		return nil
+	}
+	return fmt.Errorf("unknown kind command %q", cmd)
+}
