@@ -61,6 +61,10 @@ type Options struct {
 	Now func() time.Time
 	// OnPublished, when set, is called after every successful publish.
 	OnPublished func()
+	// OnScanned, when set, is called with every scan's result but those of
+	// scans that failed outright (which say nothing new about the GPUs),
+	// whether or not it is published; the device plugin follows it.
+	OnScanned func(*Result)
 }
 
 // Agent scans one node's GPUs and publishes them.
@@ -489,6 +493,9 @@ func (a *Agent) build(in inventory.Input) *Result {
 	a.mu.Lock()
 	a.snapshot = r
 	a.mu.Unlock()
+	if in.ScanError == nil && a.opts.OnScanned != nil {
+		a.opts.OnScanned(r)
+	}
 	return r
 }
 

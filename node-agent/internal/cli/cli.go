@@ -48,7 +48,11 @@ const (
 )
 
 const usage = `gpulab-agent reads this node's GPUs over NVML and publishes them as a
-GPUInventory, GPU Feature Discovery node labels and per-GPU metrics.
+GPUInventory, GPU Feature Discovery node labels and per-GPU metrics
+(gpulab_gpu_* and the DCGM exporter's DCGM_FI_DEV_*, with the pod holding each
+GPU from the kubelet's pod-resources API). With --device-plugin it also serves
+them to the kubelet as nvidia.com/gpu, in place of the NVIDIA device plugin:
+  gpulab-agent --device-plugin   (mount /var/lib/kubelet/device-plugins from the host)
 
 usage:
   gpulab-agent [flags]                         run the agent
@@ -146,10 +150,19 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if f.simulate {
 		return simulator.Run(ctx, simulator.Options{
 			Config: cfg, Interval: f.interval, IgnoredXIDs: f.ignored, LabelNodes: f.labelNode,
-			AdvertiseCapacity: f.advertiseCapacity, Registerer: reg, Log: log,
+			AdvertiseCapacity: f.advertiseCapacity, Registerer: reg, MetricsFormat: f.metricsFormat, Log: log,
 			Ready: func(int) { close(ready) },
 		})
 	}
+	plugin, err := newDevicePlugin(f, log)
+	if err != nil {
+		return err
+	}
+	owners, closeOwners, err := podAttribution(f, log)
+	if err != nil {
+		return err
+	}
+	defer closeOwners()
 	if f.advertiseCapacity {
 		log.Info("advertising nvidia.com/gpu capacity on the node: meant for testbeds without the device plugin")
 	}
@@ -160,7 +173,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating API client: %w", err)
 	}
-	m := metrics.New(reg, metrics.Options{})
+	m := metrics.New(reg, metrics.Options{Format: f.metricsFormat, Owners: owners})
 	b, err := openBackend(f.backend, f.nodeName)
 	if err != nil {
 		return err
@@ -176,13 +189,19 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 				close(ready)
 			}
 		},
+		OnScanned: func(r *agent.Result) {
+			if plugin != nil {
+				plugin.SetDevices(pluginDevices(r))
+			}
+		},
 	})
 	if err != nil {
 		return err
 	}
 	log.Info("starting", "node", f.nodeName, "nvml", f.backend.String(), "interval", f.interval,
-		"labelNode", f.labelNode, "ignoredXIDs", f.ignored)
-	return a.Run(ctx)
+		"labelNode", f.labelNode, "ignoredXIDs", f.ignored, "metricsFormat", f.metricsFormat,
+		"podResourcesSocket", f.podResourcesSocket, "devicePlugin", f.devicePlugin)
+	return runWithPlugin(ctx, a, plugin)
 }
 
 // serveMetrics serves /metrics and, on f.probeAddr or else beside it,

@@ -46,6 +46,11 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--node-name=a", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
 		{[]string{"inventory", "-o", "xml"}, `-o="xml": want json, yaml or table`},
+		{[]string{"--node-name=a", "--metrics-format=prometheus"}, `--metrics-format="prometheus": want gpulab, dcgm or both`},
+		{[]string{"--node-name=a", "--device-plugin", "--advertise-capacity"}, "--advertise-capacity conflicts with --device-plugin"},
+		{[]string{"--simulate-testbed-nodes", "--device-plugin"}, "--device-plugin conflicts with --simulate-testbed-nodes"},
+		{[]string{"--node-name=a", "--device-plugin", "--device-plugin-dir="}, "--device-plugin needs --device-plugin-dir"},
+		{[]string{"--node-name=a", "--device-plugin", "--device-plugin-resource=gpu"}, `--device-plugin-resource="gpu": want an extended resource name`},
 	} {
 		code, _, stderr := run(tc.args...)
 		if code != cli.ExitUsage || !strings.Contains(stderr, tc.want) {
@@ -83,6 +88,27 @@ current-context: c
 	var inv v1alpha1.GPUInventory
 	if err := json.Unmarshal([]byte(stdout), &inv); code != cli.ExitOK || err != nil || len(inv.Status.GPUs) != 0 || inv.Name != "n" {
 		t.Errorf("--allow-no-gpu: exit %d, %v, stdout %q, stderr %q", code, err, stdout, stderr)
+	}
+}
+
+// TestDevicePluginNeedsItsDirectory: without the kubelet's directory (a
+// DaemonSet that lacks the host mount) the agent says so at start.
+func TestDevicePluginNeedsItsDirectory(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "device-plugins")
+	code, _, stderr := run("--node-name=n", "--nvml=mock:dgx-h100", "--kubeconfig="+kubeconfig, "--metrics-bind-address=0",
+		"--device-plugin", "--device-plugin-dir="+dir)
+	if code != cli.ExitError || !strings.Contains(stderr, "--device-plugin-dir") || !strings.Contains(stderr, "mount the kubelet's device-plugin directory") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
 

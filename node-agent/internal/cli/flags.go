@@ -9,8 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/internal/health"
+	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
+	"github.com/gpulab/gpulab/node-agent/internal/podresources"
 )
 
 // backendSpec is a parsed --nvml value.
@@ -119,7 +124,16 @@ type runFlags struct {
 	advertiseCapacity bool
 	simulate          bool
 	nvmlSet           bool
+
+	metricsFormatName  string
+	metricsFormat      metrics.Format
+	podResourcesSocket string
+
+	devicePlugin         bool
+	devicePluginDir      string
+	devicePluginResource string
 }
+
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
@@ -137,6 +151,19 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"TESTBEDS ONLY: set the node's nvidia.com/gpu capacity to the healthy GPU count, as the device plugin would")
 	fs.BoolVar(&f.simulate, "simulate-testbed-nodes", false,
 		"TESTBEDS ONLY: publish for every node labelled "+simulatorProfileLabel+"=<profile>, each with a mock NVML of its profile")
+	fs.StringVar(&f.metricsFormatName, "metrics-format", string(metrics.FormatBoth),
+		"per-GPU series on /metrics: gpulab (gpulab_gpu_*, base units), dcgm (the DCGM exporter's DCGM_FI_DEV_* names, units and labels, "+
+			"with pod attribution) or both")
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", podresources.DefaultSocket,
+		"the kubelet's pod-resources socket, read on every scrape for the pod, namespace and container of each GPU on the DCGM series; "+
+			"absent: empty pod labels (logged once); empty disables")
+	fs.BoolVar(&f.devicePlugin, "device-plugin", false,
+		"serve this node's GPUs to the kubelet as a device plugin (one device per GPU UUID, health from the agent's checks, "+
+			"Allocate sets NVIDIA_VISIBLE_DEVICES); needs --device-plugin-dir mounted from the host; instead of the NVIDIA device plugin, not beside it")
+	fs.StringVar(&f.devicePluginDir, "device-plugin-dir", deviceplugin.DefaultDir,
+		"the kubelet's device-plugin directory: its kubelet.sock, and the agent's "+deviceplugin.DefaultSocketName+" with --device-plugin")
+	fs.StringVar(&f.devicePluginResource, "device-plugin-resource", deviceplugin.DefaultResourceName,
+		"extended resource the device plugin serves")
 }
 
 func (f *runFlags) validate(fs *flag.FlagSet) error {
@@ -148,6 +175,24 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 	if f.metricsSecure && !disabled(f.metricsAddr) && disabled(f.probeAddr) {
 		// The kubelet's probes carry no credentials.
 		errs = append(errs, errors.New("--metrics-secure needs --health-probe-bind-address: probes cannot authenticate"))
+	}
+	var err error
+	if f.metricsFormat, err = metrics.ParseFormat(f.metricsFormatName); err != nil {
+		errs = append(errs, fmt.Errorf("--metrics-format=%w", err))
+	}
+	if f.devicePlugin {
+		if f.advertiseCapacity {
+			errs = append(errs, errors.New("--advertise-capacity conflicts with --device-plugin: the kubelet sets nvidia.com/gpu capacity from the device plugin"))
+		}
+		if f.simulate {
+			errs = append(errs, errors.New("--device-plugin conflicts with --simulate-testbed-nodes: fake nodes have no kubelet to serve"))
+		}
+		if f.devicePluginDir == "" {
+			errs = append(errs, errors.New("--device-plugin needs --device-plugin-dir"))
+		}
+		if msgs := validation.IsQualifiedName(f.devicePluginResource); len(msgs) > 0 || !strings.Contains(f.devicePluginResource, "/") {
+			errs = append(errs, fmt.Errorf("--device-plugin-resource=%q: want an extended resource name such as nvidia.com/gpu", f.devicePluginResource))
+		}
 	}
 	if f.simulate {
 		if f.nvmlSet && f.nvml != "mock" {

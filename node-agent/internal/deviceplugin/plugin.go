@@ -29,6 +29,8 @@ const (
 	// directory; the NVIDIA plugin's is nvidia-gpu.sock, so both can be
 	// told apart on a node (only one of them should serve nvidia.com/gpu).
 	DefaultSocketName = "gpulab-gpu.sock"
+	// DefaultDir is the kubelet's device-plugin directory.
+	DefaultDir = pluginapi.DevicePluginPath
 	// VisibleDevicesEnv is the variable Allocate sets to the allocated GPUs'
 	// UUIDs, comma-separated.
 	VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
@@ -51,7 +53,7 @@ type Options struct {
 	ResourceName string
 	// Dir is the kubelet's device-plugin directory, where its
 	// Registration socket (kubelet.sock) lives and the plugin's socket is
-	// made. Defaults to /var/lib/kubelet/device-plugins/.
+	// made. Defaults to DefaultDir (/var/lib/kubelet/device-plugins/).
 	Dir string
 	// SocketName is the plugin's socket in Dir. Defaults to
 	// DefaultSocketName.
@@ -86,7 +88,7 @@ func New(opts Options) (*Plugin, error) {
 		opts.ResourceName = DefaultResourceName
 	}
 	if opts.Dir == "" {
-		opts.Dir = pluginapi.DevicePluginPath
+		opts.Dir = DefaultDir
 	}
 	if opts.SocketName == "" {
 		opts.SocketName = DefaultSocketName
