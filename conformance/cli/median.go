@@ -10,17 +10,26 @@ import (
 
 // medianCommand merges repeated runs: median --out DIR run1.json run2.json ...
 func medianCommand(args []string, stdout, stderr io.Writer) int {
-	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--pushgateway-url URL] run1/results.json run2/results.json ..."
+	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--perfdata DIR] [--pushgateway-url URL] run1/results.json run2/results.json ..."
 	fs := newCommandFlags("median", stderr, usage)
 	out := fs.String("out", "", "directory for the merged results.json, junit.xml, report.md and report.html")
 	clusterName := fs.String("cluster-name", "", "cluster name recorded in the merged results and its Pushgateway group")
 	push := fs.String("pushgateway-url", "", "also push the merged results to this Prometheus Pushgateway")
+	perfData := fs.String("perfdata", "", perfDataUsage)
 	if code, ok := parseCommandFlags(fs, args); !ok {
 		return code
 	}
 	if *out == "" || fs.NArg() == 0 {
 		fmt.Fprintf(stderr, "usage: %s\n", usage)
 		return results.ExitUsage
+	}
+	if isFlagSet(fs, "perfdata") {
+		dir, err := preparePerfDataDir(*perfData)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return results.ExitUsage
+		}
+		*perfData = dir
 	}
 	var runs []*results.Results
 	for _, path := range fs.Args() {
@@ -38,6 +47,12 @@ func medianCommand(args []string, stdout, stderr io.Writer) int {
 	if err := merged.Write(*out); err != nil {
 		fmt.Fprintln(stderr, err)
 		return results.ExitFailed
+	}
+	if *perfData != "" {
+		if _, err := merged.WritePerfData(*perfData); err != nil {
+			fmt.Fprintln(stderr, err)
+			return results.ExitFailed
+		}
 	}
 	if *push != "" {
 		if err := results.Push(context.Background(), *push, merged); err != nil {

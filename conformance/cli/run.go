@@ -57,6 +57,7 @@ type RunOptions struct {
 
 	// Output.
 	Out            string
+	PerfData       string // also clusterloader2 PerfData files here (absolute; empty: none)
 	PushgatewayURL string
 	ClusterName    string
 	Verbose        bool
@@ -120,6 +121,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"local profile", "operator-binary", "gpulab-operator to run (default: build it)", str(&o.OperatorBinary, "")},
 		{"local profile", "keep", "leave the testbed running afterwards", boolean(&o.Keep)},
 		{"output", "out", "directory for results.json, junit.xml, report.md/html and logs", str(&o.Out, "_artifacts/conformance")},
+		{"output", "perfdata", perfDataUsage, str(&o.PerfData, "")},
 		{"output", "pushgateway-url", "push verdicts and measurements to this Prometheus Pushgateway", str(&o.PushgatewayURL, "")},
 		{"output", "cluster-name", "names the cluster in results and the push grouping (default: the testbed or context name)", str(&o.ClusterName, "")},
 		{"output", "verbose", "print every assessment's log, not only failures'", boolean(&o.Verbose)},
@@ -243,6 +245,13 @@ func (o *RunOptions) validate(set map[string]bool) error {
 		if strings.TrimSpace(v) == "" {
 			return fmt.Errorf("--%s must not be empty", name)
 		}
+	}
+	if set["perfdata"] {
+		dir, err := preparePerfDataDir(o.PerfData)
+		if err != nil {
+			return err
+		}
+		o.PerfData = dir
 	}
 	return nil
 }
