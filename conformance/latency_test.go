@@ -257,8 +257,10 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 	for _, phase := range append(slices.Clone(results.LatencyPhases), "pods_ready_to_status_ready") {
 		measured(results.Distribution(feature, phase, "seconds", phases[phase]))
 	}
-	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()),
-		results.Value(feature, "gangs_per_second", "gangs/s", float64(n)/wall.Seconds()))
+	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()))
+	if span := creationSpan(timelines); span > 0 {
+		measured(results.Value(feature, "gangs_per_second", "gangs/s", float64(n)/span.Seconds()))
+	}
 	before, after := op.before, op.after
 	if before == nil || after == nil {
 		return
@@ -284,6 +286,25 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 		// What a gang costs in memory once everything is cached.
 		results.Value(feature, "operator_heap_per_cluster", "bytes", after.Sum("go_memstats_heap_inuse_bytes", nil)/float64(n)),
 	)
+}
+
+// creationSpan is the operator's part of the burst: from the first
+// cluster's creation to the moment the last cluster's pods all existed.
+// Zero when some cluster never had all its pods.
+func creationSpan(timelines map[string]measure.Timeline) time.Duration {
+	var first, last time.Time
+	for _, tl := range timelines {
+		if tl.PodsCreated.IsZero() {
+			return 0
+		}
+		if first.IsZero() || tl.Created.Before(first) {
+			first = tl.Created
+		}
+		if tl.PodsCreated.After(last) {
+			last = tl.PodsCreated
+		}
+	}
+	return last.Sub(first)
 }
 
 // addTimelines keeps each cluster's milestones for report.html.

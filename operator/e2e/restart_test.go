@@ -44,7 +44,11 @@ func TestRecoversFromControlPlaneRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := localtest.Start(t, local.Options{Name: "gpulab-operator-restarts", Fleet: fleet})
-	c := startOperator(t, tb, manager.Options{ReconcileConcurrency: 16}, func(cfg *rest.Config) { cfg.QPS, cfg.Burst = 200, 400 })
+	// A client limit that makes creation take tens of seconds (over 500
+	// requests at 20/s), so the restart lands while the operator is still
+	// creating pods and its failed reconciles can be counted, however fast
+	// its reconciles are.
+	c := startOperator(t, tb, manager.Options{ReconcileConcurrency: 16}, func(cfg *rest.Config) { cfg.QPS, cfg.Burst = 20, 20 })
 
 	ns := namespace(t, c, "restarts")
 	errorsBefore := reconcileErrors(t)

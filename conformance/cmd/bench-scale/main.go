@@ -13,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/gpulab/gpulab/conformance/benchscale"
 )
 
@@ -24,6 +27,9 @@ func main() {
 	flag.StringVar(&opts.Out, "out", "_artifacts/bench-scale", "directory for each scale's results and profiles, report.md and the plots")
 	flag.StringVar(&opts.TestbedName, "testbed-name", "gpulab-bench-scale", "name of the local testbeds it creates")
 	flag.Parse()
+	// The testbed's clients log through controller-runtime; progress goes
+	// to stdout already.
+	ctrllog.SetLogger(logr.Discard())
 	for _, s := range strings.Split(*scales, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {

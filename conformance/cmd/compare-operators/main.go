@@ -11,6 +11,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/gpulab/gpulab/conformance/sidebyside"
 )
 
@@ -23,6 +26,9 @@ func main() {
 	flag.StringVar(&opts.Out, "out", "_artifacts/compare-operators", "directory for each run's results and report.md")
 	flag.StringVar(&opts.TestbedName, "testbed-name", "gpulab-side-by-side", "name of the local testbed it creates")
 	flag.Parse()
+	// The testbed's clients log through controller-runtime; progress goes
+	// to stdout already.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	_, err := sidebyside.Run(ctx, opts)
 	stop()

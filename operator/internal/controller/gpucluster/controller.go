@@ -28,6 +28,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/cachesync"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
@@ -88,7 +89,8 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 		opts.ReconcileTimeout = time.Minute
 	}
 	return &Reconciler{
-		client:    mgr.GetClient(),
+		// Reads see this controller's own writes at once (cachesync).
+		client:    cachesync.NewClient(mgr.GetClient()),
 		apiReader: mgr.GetAPIReader(),
 		scheme:    mgr.GetScheme(),
 		events:    mgr.GetEventRecorder(ControllerName),

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/cachesync"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
@@ -51,7 +50,6 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	r.recordTransitions(s.cluster, old, &next)
-	cachesync.Await(ctx, r.client, updated)
 	return nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/cachesync"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
 )
@@ -76,7 +77,7 @@ func New(mgr ctrl.Manager, m *metrics.Jobs, opts Options) *Reconciler {
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	return &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), scheme: mgr.GetScheme(),
+	return &Reconciler{client: cachesync.NewClient(mgr.GetClient()), apiReader: mgr.GetAPIReader(), scheme: mgr.GetScheme(),
 		events: mgr.GetEventRecorder(ControllerName), metrics: m, opts: opts, now: time.Now}
 }
 

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/cachesync"
 )
 
 // finish records the verdict and applies the cleanup policy, which is what
@@ -120,7 +119,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
 		return fmt.Errorf("writing GPUJob status: %w", err)
 	}
 	s.old = s.job.Status.DeepCopy()
-	cachesync.Await(ctx, r.client, s.job)
 	return nil
 }
 
