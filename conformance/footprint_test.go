@@ -32,6 +32,11 @@ type runFootprint struct {
 	pool   []footprint.Node
 	inPool map[string]bool
 	queue  string
+	// pinned is false with --max-gpus=all: the pool is then every
+	// schedulable GPU node, which GPU requests select anyway, and an
+	// affinity term per node would make every pod (and each operator's
+	// copies of it) grow with the fleet.
+	pinned bool
 }
 
 var fp runFootprint
@@ -75,7 +80,7 @@ func setupFootprint(ctx context.Context) error {
 	if len(pool) == 0 {
 		return fmt.Errorf("no GPU node fits --max-gpus=%s (the smallest has %d GPUs)", opts.MaxGPUs.String(), smallest(rooms))
 	}
-	fp = runFootprint{pool: pool, inPool: map[string]bool{}}
+	fp = runFootprint{pool: pool, inPool: map[string]bool{}, pinned: !opts.MaxGPUs.All}
 	gpus := 0
 	for _, n := range pool {
 		fp.inPool[n.Name] = true
@@ -151,7 +156,7 @@ func label(obj client.Object) {
 	obj.SetLabels(l)
 }
 
-// placePod pins a pod to the pool and --node-selector, tolerates the GPU
+// placePod pins a pod to the pool (under a GPU budget) and --node-selector, tolerates the GPU
 // taint GPU nodes commonly carry, and sets the image when one is given.
 func placePod(spec *corev1.PodSpec, image string) {
 	if image != "" {
@@ -165,6 +170,10 @@ func placePod(spec *corev1.PodSpec, image string) {
 	for k, v := range opts.NodeSelector {
 		spec.NodeSelector[k] = v
 	}
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: string(gfd.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	if !fp.pinned {
+		return
+	}
 	// A node-name field selector takes one value, so one term (ORed) per
 	// pool node; node names, unlike hostname labels, are always unique.
 	terms := make([]corev1.NodeSelectorTerm, 0, len(fp.pool))
@@ -175,7 +184,6 @@ func placePod(spec *corev1.PodSpec, image string) {
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
 	}}
-	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: string(gfd.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 }
 
 // cleanupRun deletes what the run created and is still there (a scenario
