@@ -44,7 +44,7 @@ func TestChartVersionIsTheRepositorys(t *testing.T) {
 // optional part on.
 func TestLintStrict(t *testing.T) {
 	for name, vals := range map[string]map[string]any{
-		"defaults": nil,
+		"defaults":      nil,
 		"everything on": values(t, everythingOn),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -53,10 +53,9 @@ func TestLintStrict(t *testing.T) {
 			}
 		})
 	}
-	// The linter must be able to fail: a chart with a warning.
-	bad := t.TempDir()
+	// The linter must be able to fail: a template that cannot render.
+	bad := filepath.Join(t.TempDir(), chartDir)
 	copyDir(t, chartDir, bad)
-	// A template rendering a Deployment without its selector: a lint error.
 	if err := os.WriteFile(filepath.Join(bad, "templates", "broken.yaml"), []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Values.nope.nope }}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

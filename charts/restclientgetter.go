@@ -45,7 +45,9 @@ func NewRESTClientGetter(cfg *rest.Config, namespace string) (*RESTClientGetter,
 }
 
 // ToRESTConfig returns a copy of the config.
-func (g *RESTClientGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.config), nil }
+func (g *RESTClientGetter) ToRESTConfig() (*rest.Config, error) {
+	return rest.CopyConfig(g.config), nil
+}
 
 // ToDiscoveryClient returns the cached discovery client.
 func (g *RESTClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {

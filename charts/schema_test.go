@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -63,4 +64,28 @@ func TestSchemaAcceptsGoodValues(t *testing.T) {
 			t.Errorf("values %s: %v", v, err)
 		}
 	}
+}
+
+// schemaNVMLModes returns the NVML modes values.schema.json allows.
+func schemaNVMLModes(t *testing.T) []string {
+	t.Helper()
+	var schema struct {
+		Properties struct {
+			Agent struct {
+				Properties struct {
+					NVML struct {
+						Enum []string `json:"enum"`
+					} `json:"nvml"`
+				} `json:"properties"`
+			} `json:"agent"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(loadChart(t).Schema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	modes := schema.Properties.Agent.Properties.NVML.Enum
+	if len(modes) < 2 || modes[0] != "real" {
+		t.Fatalf("the schema's NVML modes %v lack real or the mocks", modes)
+	}
+	return modes
 }
