@@ -35,9 +35,11 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 			t.Errorf("%s is stale: run go generate ./dashboards", name)
 		}
 	}
-	on, _ := filepath.Glob("grafana/*.json")
-	if len(on) != len(dashboards.All()) {
-		t.Errorf("grafana/ holds %d dashboards, the generator %d: remove the stale ones", len(on), len(dashboards.All()))
+	for _, dir := range []string{"grafana", filepath.Join(dashboards.ChartDir, "dashboards")} {
+		on, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		if len(on) != len(dashboards.All()) {
+			t.Errorf("%s holds %d dashboards, the generator %d: remove the stale ones", dir, len(on), len(dashboards.All()))
+		}
 	}
 }
 
@@ -631,5 +633,54 @@ func copyTree(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDashboardConfigMaps checks the sidecar ConfigMaps hold each dashboard
+// byte for byte (minus the final newline a literal block drops) under the
+// label kube-prometheus-stack's sidecar selects, and that the Helm chart's
+// copies are identical.
+func TestDashboardConfigMaps(t *testing.T) {
+	data, err := os.ReadFile(dashboards.DashboardConfigMapsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var cm struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+			t.Fatalf("%s: %v", dashboards.DashboardConfigMapsPath, err)
+		}
+		if cm.Kind != "ConfigMap" {
+			continue
+		}
+		if cm.Metadata.Labels["grafana_dashboard"] != "1" {
+			t.Errorf("ConfigMap %v lacks grafana_dashboard: \"1\"", cm.Metadata)
+		}
+		for k, v := range cm.Data {
+			held[k] = v
+		}
+	}
+	for _, f := range dashboards.All() {
+		want, err := os.ReadFile(filepath.Join("grafana", f.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := held["gpulab-"+f.Name]; got != strings.TrimSuffix(string(want), "\n") {
+			t.Errorf("ConfigMap key gpulab-%s differs from grafana/%s", f.Name, f.Name)
+		}
+		chart, err := os.ReadFile(filepath.Join(dashboards.ChartDir, "dashboards", f.Name))
+		if err != nil || !bytes.Equal(chart, want) {
+			t.Errorf("%s/dashboards/%s is not a copy of grafana/%s (%v): run go generate ./dashboards", dashboards.ChartDir, f.Name, f.Name, err)
+		}
+	}
+	if len(held) != len(dashboards.All()) {
+		t.Errorf("%d dashboards in ConfigMaps, %d generated", len(held), len(dashboards.All()))
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/results"
@@ -36,6 +39,14 @@ import (
 // The fleet has two products so "by product" panels have something to
 // split; the suite's latency clusters (2 x 2 workers x 4 GPUs) fit the H100s.
 const liveFleet = "dgx-h100=3,dgx-a100=1"
+
+// One Prometheus holds two clusters, as a multi-cluster one does: the
+// testbed (gpulab-agent) and a cluster whose GPUs DCGM exporter reports
+// (a recorded exposition, testdata/dcgm-exporter.prom).
+const (
+	liveCluster = "gpulab-dashboards"
+	dcgmCluster = "dcgm-lab"
+)
 
 // TestQueriesOnTestbed proves every dashboard query has data: Prometheus and
 // a Pushgateway (built into the cache by make testbed-binaries) run on loopback with the shipped local
@@ -127,10 +138,13 @@ func TestQueriesOnTestbed(t *testing.T) {
 		Operator: operatorAddr, Pushgateway: pushAddr,
 		Agent:            net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.AgentMetrics)),
 		VolcanoScheduler: net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.SchedulerMetrics)),
+		Cluster:          liveCluster,
 	}
 	if err := targets.Write(filepath.Join(promDir, "local", "targets")); err != nil {
 		t.Fatal(err)
 	}
+	dcgmAddr := serveDCGMExporter(t)
+	addScrapeJob(t, filepath.Join(promDir, "local", "prometheus.yml"), "dcgm-exporter", dcgmAddr, dcgmCluster)
 	prom := &promAPI{base: "http://" + freeAddr(t)}
 	startProcess(t, tmp, "prometheus", monitoring.Prometheus,
 		"--config.file="+filepath.Join(promDir, "local", "prometheus.yml"),
@@ -151,7 +165,7 @@ func TestQueriesOnTestbed(t *testing.T) {
 		for _, tg := range res.ActiveTargets {
 			up[tg.Labels["job"]] = tg.Health + " " + tg.LastError
 		}
-		for _, job := range []string{"gpulab-operator", "gpulab-agent", "volcano-scheduler", "pushgateway"} {
+		for _, job := range []string{"gpulab-operator", "gpulab-agent", "volcano-scheduler", "pushgateway", "dcgm-exporter"} {
 			if strings.TrimSpace(up[job]) != "up" {
 				return false, fmt.Sprintf("targets %v", up)
 			}
@@ -188,24 +202,28 @@ func TestQueriesOnTestbed(t *testing.T) {
 	t.Logf("conformance run done after %s", time.Since(start).Round(time.Second))
 
 	checkChecker(ctx, t, prom, start)
-	checkDashboards(ctx, t, prom, start)
+	checkDashboards(ctx, t, prom, start, dcgmAddr)
 	checkRulesLive(ctx, t, prom)
 }
 
-// checkChecker proves the data check is not vacuous: an unknown metric has
-// no data and a malformed query is an error.
+// checkChecker proves the data checks are not vacuous: an unknown metric
+// has no data, a malformed query is an error, and a live series fails the
+// no-data check.
 func checkChecker(ctx context.Context, t *testing.T, prom *promAPI, start time.Time) {
-	if n, err := prom.values(ctx, `gpulab_no_such_metric`, false, start); err != nil || n != 0 {
+	if n, err := prom.values(ctx, `gpulab_no_such_metric`, false, start, hasData.keep); err != nil || n != 0 {
 		t.Errorf("an unknown metric gave %d series, %v; want 0, nil", n, err)
 	}
-	if _, err := prom.values(ctx, `sum(rate(gpulab_gpu_healthy[1m])`, false, start); err == nil {
+	if _, err := prom.values(ctx, `sum(rate(gpulab_gpu_healthy[1m])`, false, start, hasData.keep); err == nil {
 		t.Error("a malformed query was accepted")
+	}
+	if n, err := prom.values(ctx, `up`, false, start, hasNoData.keep); err != nil || hasNoData.ok(n) {
+		t.Errorf("up passed the no-data check (%d series, %v)", n, err)
 	}
 }
 
 // checkRulesLive checks the shipped rules evaluate without error on real
-// series, and that the alert for the XID-sick GPU goes pending or firing
-// with real labels.
+// series, and that the alerts for the XID-sick GPU (with its labels) and the
+// cluster that can never fit go pending or firing.
 func checkRulesLive(ctx context.Context, t *testing.T, prom *promAPI) {
 	poll(t, time.Minute, "every rule evaluated without error", func() (bool, string) {
 		var res struct {
@@ -232,11 +250,12 @@ func checkRulesLive(ctx context.Context, t *testing.T, prom *promAPI) {
 		}
 		return n > 0 && len(bad) == 0, fmt.Sprintf("%d rules, not ok: %v", n, bad)
 	})
-	// GPULabUnschedulableClusters is not checked here: increase() cannot
-	// see a counter series born at 1, which is how the operator's
-	// gpulab_unschedulable_decisions_total{reason} starts today.
+	// The operator starts each reason of
+	// gpulab_unschedulable_decisions_total at 0, so increase() sees the
+	// refusal of the cluster that can never fit.
 	want := map[string]map[string]string{
-		"GPULabGPUUnhealthy": {"hostname": "dgx-a100-0", "gpu": "7", "job": "gpulab-agent"},
+		"GPULabGPUUnhealthy":          {"hostname": "dgx-a100-0", "gpu": "7", "job": "gpulab-agent"},
+		"GPULabUnschedulableClusters": {},
 	}
 	poll(t, 2*time.Minute, "an alert for the sick GPU", func() (bool, string) {
 		var res struct {
@@ -267,38 +286,145 @@ func checkRulesLive(ctx context.Context, t *testing.T, prom *promAPI) {
 }
 
 // checkDashboards resolves each dashboard's variables and runs every target
-// over [start, now], polling until Prometheus has scraped what it needs.
-func checkDashboards(ctx context.Context, t *testing.T, prom *promAPI, start time.Time) {
+// over [start, now], polling until Prometheus has scraped what it needs:
+// with every variable at All (gpulab-agent the GPU-fleet source), every
+// target has data; with the cluster variable set to a cluster that does not
+// exist, none has a non-zero value (each query filters on cluster). The
+// GPU-fleet dashboard then runs again with DCGM exporter as its source and
+// the DCGM page's cluster: every target has data from the recorded
+// exposition at dcgmAddr alone.
+func checkDashboards(ctx context.Context, t *testing.T, prom *promAPI, start time.Time, dcgmAddr string) {
 	for path, d := range loadDashboards(t) {
 		t.Run(d.UID, func(t *testing.T) {
-			vals := map[string][]string{}
-			for _, v := range d.Templating.List {
-				if v.Type != "query" {
-					continue
-				}
-				poll(t, time.Minute, fmt.Sprintf("values of variable %s", v.Name), func() (bool, string) {
-					got, err := prom.labelValues(ctx, substitute(v.expr(), vals, start), start)
-					vals[v.Name] = got
-					if err != nil {
-						return false, err.Error()
-					}
-					return len(got) > 0, "no values"
-				})
-				t.Logf("%s: $%s = %v", path, v.Name, vals[v.Name])
+			vals := resolveVariables(ctx, t, prom, path, d, nil, start)
+			if d.UID == "gpulab-gpu-fleet" && slices.Contains(vals["instance"], dcgmAddr) {
+				t.Errorf("with source gpulab-agent, $instance = %v lists DCGM exporter's %s", vals["instance"], dcgmAddr)
 			}
-			for _, p := range d.Panels {
-				for _, tg := range p.Targets {
-					expr := substitute(tg.Expr, vals, start)
-					poll(t, time.Minute, fmt.Sprintf("data for panel %q target %s: %s", p.Title, tg.RefID, expr), func() (bool, string) {
-						n, err := prom.values(ctx, expr, tg.Instant, start)
-						if err != nil {
-							return false, err.Error()
-						}
-						return n > 0, "no series with a value"
-					})
-				}
+			checkTargets(ctx, t, prom, d, vals, start, hasData)
+			elsewhere := maps.Clone(vals)
+			elsewhere["cluster"] = []string{"no-such-cluster"}
+			checkTargets(ctx, t, prom, d, elsewhere, start, hasNoData)
+			if d.UID != "gpulab-gpu-fleet" {
+				return
 			}
+			// The DCGM page's cluster only: gpulab's agent may serve DCGM
+			// exporter's names too, and its series must not stand in.
+			t.Run("source=DCGM", func(t *testing.T) {
+				vals := resolveVariables(ctx, t, prom, path, d, map[string][]string{"source": {dashboards.SourceDCGM.Value}, "cluster": {dcgmCluster}}, start)
+				if !slices.Equal(vals["instance"], []string{dcgmAddr}) || !slices.Equal(vals["hostname"], []string{"dgx-h100-dcgm-0"}) ||
+					!slices.Equal(vals["gpu"], []string{"0", "1", "2", "3"}) {
+					t.Errorf("with source DCGM exporter and cluster %s, the variables are not the DCGM page's target, node and GPUs: %v", dcgmCluster, vals)
+				}
+				checkTargets(ctx, t, prom, d, vals, start, hasData)
+			})
 		})
+	}
+}
+
+// resolveVariables gives each variable its values: set's where given, a
+// custom variable's current value, a query variable's results (polled until
+// there are some), in the dashboard's order, each resolved with the ones
+// before it.
+func resolveVariables(ctx context.Context, t *testing.T, prom *promAPI, path string, d dashboard, set map[string][]string, start time.Time) map[string][]string {
+	t.Helper()
+	vals := map[string][]string{}
+	for _, v := range d.Templating.List {
+		switch {
+		case set[v.Name] != nil:
+			vals[v.Name] = set[v.Name]
+		case v.Type == "custom":
+			vals[v.Name] = []string{fmt.Sprint(v.Current.Value)}
+		case v.Type == "query":
+			poll(t, time.Minute, fmt.Sprintf("values of variable %s", v.Name), func() (bool, string) {
+				got, err := prom.variableValues(ctx, substitute(v.expr(), vals, start), v.Regex, start)
+				vals[v.Name] = got
+				if err != nil {
+					return false, err.Error()
+				}
+				return len(got) > 0, "no values"
+			})
+		}
+		t.Logf("%s: $%s = %v", path, v.Name, vals[v.Name])
+	}
+	return vals
+}
+
+// A check of one target's result: the series with a value, and whether
+// that passes.
+type resultCheck struct {
+	keep func(float64) bool
+	ok   func(n int) bool
+	want string
+	// poll waits for the result (data arrives with scrapes); an absence is
+	// final at once.
+	poll bool
+}
+
+var (
+	hasData   = resultCheck{keep: func(float64) bool { return true }, ok: func(n int) bool { return n > 0 }, want: "a series with a value", poll: true}
+	hasNoData = resultCheck{keep: func(f float64) bool { return f != 0 }, ok: func(n int) bool { return n == 0 }, want: "no series with a non-zero value"}
+)
+
+// checkTargets runs every panel target with vals substituted.
+func checkTargets(ctx context.Context, t *testing.T, prom *promAPI, d dashboard, vals map[string][]string, start time.Time, check resultCheck) {
+	t.Helper()
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			expr := substitute(tg.Expr, vals, start)
+			cond := func() (bool, string) {
+				n, err := prom.values(ctx, expr, tg.Instant, start, check.keep)
+				if err != nil {
+					return false, err.Error()
+				}
+				return check.ok(n), fmt.Sprintf("%d series with a value that counts", n)
+			}
+			what := fmt.Sprintf("%s for panel %q target %s: %s", check.want, p.Title, tg.RefID, expr)
+			if check.poll {
+				poll(t, time.Minute, what, cond)
+			} else if ok, detail := cond(); !ok {
+				t.Errorf("want %s: %s", what, detail)
+			}
+		}
+	}
+}
+
+// serveDCGMExporter serves the recorded DCGM exporter page as its /metrics
+// and returns its address.
+func serveDCGMExporter(t *testing.T) string {
+	t.Helper()
+	page, err := os.ReadFile(filepath.Join("testdata", "dcgm-exporter.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_, _ = w.Write(page)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// addScrapeJob adds a job scraping addr, its series labelled cluster, to a
+// copy of the shipped Prometheus config.
+func addScrapeJob(t *testing.T, config, job, addr, cluster string) {
+	t.Helper()
+	var cfg map[string]any
+	readYAML(t, config, &cfg)
+	jobs, _ := cfg["scrape_configs"].([]any)
+	cfg["scrape_configs"] = append(jobs, map[string]any{
+		"job_name":       job,
+		"static_configs": []any{map[string]any{"targets": []string{addr}, "labels": map[string]string{"cluster": cluster}}},
+	})
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -356,9 +482,14 @@ func (p *promAPI) get(ctx context.Context, path string, q url.Values, out any) e
 	return json.Unmarshal(env.Data, out)
 }
 
-// labelValues answers label_values(selector, label) from the series API,
-// as Grafana does, over [start, now].
-func (p *promAPI) labelValues(ctx context.Context, query string, start time.Time) ([]string, error) {
+// variableValues answers a variable's query as Grafana does:
+// label_values(selector, label) from the series API over [start, now],
+// query_result(expr) from an instant query at now, each result line
+// (`{label="value", ...} value timestamp`) cut down to regex's first group.
+func (p *promAPI) variableValues(ctx context.Context, query, regex string, start time.Time) ([]string, error) {
+	if m := queryResultRE.FindStringSubmatch(query); m != nil {
+		return p.queryResult(ctx, m[1], regex)
+	}
 	m := labelValuesRE.FindStringSubmatch(query)
 	if m == nil {
 		return nil, fmt.Errorf("unsupported variable query %q", query)
@@ -378,10 +509,40 @@ func (p *promAPI) labelValues(ctx context.Context, query string, start time.Time
 	return out, nil
 }
 
+func (p *promAPI) queryResult(ctx context.Context, expr, regex string) ([]string, error) {
+	re, err := grafanaRegex(regex)
+	if err != nil {
+		return nil, err
+	}
+	var res struct {
+		Result []struct {
+			Metric map[string]string `json:"metric"`
+			Value  []any             `json:"value"`
+		} `json:"result"`
+	}
+	if err := p.get(ctx, "/api/v1/query", url.Values{"query": {expr}, "time": {unix(time.Now())}}, &res); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range res.Result {
+		labels := make([]string, 0, len(r.Metric))
+		for k, v := range r.Metric {
+			labels = append(labels, fmt.Sprintf("%s=%q", k, v))
+		}
+		slices.Sort(labels)
+		line := fmt.Sprintf("{%s} %v %v", strings.Join(labels, ", "), r.Value[1], r.Value[0])
+		if m := re.FindStringSubmatch(line); m != nil && !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // values runs expr as an instant query at now or a range query over
-// [start, now] and counts the series with at least one non-NaN value. A
-// parse error is returned as an error.
-func (p *promAPI) values(ctx context.Context, expr string, instant bool, start time.Time) (int, error) {
+// [start, now] and counts the series with at least one non-NaN value keep
+// accepts. A parse error is returned as an error.
+func (p *promAPI) values(ctx context.Context, expr string, instant bool, start time.Time, keep func(float64) bool) (int, error) {
 	var res struct {
 		Result []struct {
 			Value  []any   `json:"value"`
@@ -407,7 +568,7 @@ func (p *promAPI) values(ctx context.Context, expr string, instant bool, start t
 		}
 		for _, pt := range points {
 			if s, ok := pt[1].(string); ok {
-				if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(f) {
+				if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(f) && keep(f) {
 					n++
 					break
 				}
@@ -491,7 +652,7 @@ func runSuite(ctx context.Context, t *testing.T, c client.Client, suite, kubecon
 	}
 	cmd := exec.CommandContext(ctx, suite, "run", "--verbose", "--profile=cluster", "--kubeconfig="+kubeconfig,
 		"--scale=2", "--feature=^(latency|inventory)$", "--prometheus-url="+promURL, "--namespace="+ns,
-		"--out="+out, "--pushgateway-url="+pushURL)
+		"--out="+out, "--pushgateway-url="+pushURL, "--cluster-name="+liveCluster)
 	log, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("conformance run failed: %v\n%s", err, tail(log, 8192))

@@ -12,6 +12,10 @@ import (
 // as a job with no target.
 type LocalTargets struct {
 	Operator, Agent, VolcanoScheduler, Pushgateway string
+	// Cluster is the cluster label every target gets, as a multi-cluster
+	// Prometheus (or Thanos, Mimir) sets it; the dashboards' cluster
+	// variable lists it. Empty: no cluster label.
+	Cluster string
 }
 
 // Write writes one file_sd file per job into dir (prometheus/local/targets
@@ -26,7 +30,11 @@ func (t LocalTargets) Write(dir string) error {
 	} {
 		groups := []map[string]any{}
 		if addr != "" {
-			groups = append(groups, map[string]any{"targets": []string{addr}})
+			g := map[string]any{"targets": []string{addr}}
+			if t.Cluster != "" {
+				g["labels"] = map[string]string{"cluster": t.Cluster}
+			}
+			groups = append(groups, g)
 		}
 		b, err := json.MarshalIndent(groups, "", "  ")
 		if err != nil {

@@ -22,14 +22,21 @@ func main() {
 	out := flag.String("out", "dashboards/prometheus/local/targets", "directory of the file_sd files")
 	operator := flag.String("operator", "127.0.0.1:18080", "operator metrics address (make run-operator serves 127.0.0.1:18080); empty for none")
 	pushgateway := flag.String("pushgateway", "127.0.0.1:9091", "Pushgateway address; empty for none")
+	cluster := flag.String("cluster", "", "cluster label on every target (the dashboards' cluster variable); default the testbed name, \"none\" for no label")
 	flag.Parse()
-	if err := run(*name, *out, *operator, *pushgateway); err != nil {
+	if *cluster == "" {
+		*cluster = *name
+	}
+	if *cluster == "none" {
+		*cluster = ""
+	}
+	if err := run(*name, *out, *operator, *pushgateway, *cluster); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(name, out, operator, pushgateway string) error {
+func run(name, out, operator, pushgateway, cluster string) error {
 	tb, err := local.New(local.Options{Name: name})
 	if err != nil {
 		return err
@@ -42,10 +49,11 @@ func run(name, out, operator, pushgateway string) error {
 	t := dashboards.LocalTargets{
 		Operator: operator, Pushgateway: pushgateway,
 		Agent: addr(st.Ports.AgentMetrics), VolcanoScheduler: addr(st.Ports.SchedulerMetrics),
+		Cluster: cluster,
 	}
 	if err := t.Write(out); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s: operator %s, agent %s, volcano-scheduler %s, pushgateway %s\n", out, t.Operator, t.Agent, t.VolcanoScheduler, t.Pushgateway)
+	fmt.Printf("wrote %s: operator %s, agent %s, volcano-scheduler %s, pushgateway %s, cluster %q\n", out, t.Operator, t.Agent, t.VolcanoScheduler, t.Pushgateway, t.Cluster)
 	return nil
 }
