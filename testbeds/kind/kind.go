@@ -128,8 +128,18 @@ func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
 // DockerStateDir is where the testbed keeps the dockerd it starts.
 func DockerStateDir(cacheDir string) string { return filepath.Join(cacheDir, "kind", "docker") }
 
-// Up creates the cluster and waits until it is ready (Create).
-func (c *Cluster) Up(ctx context.Context) error { return c.Create(ctx) }
+// Up creates the cluster (Create) and installs Volcano and gpulab on it
+// (Install); if the install fails, the nodes' logs are exported and the
+// cluster is deleted.
+func (c *Cluster) Up(ctx context.Context) error {
+	if err := c.Create(ctx); err != nil {
+		return err
+	}
+	if err := c.Install(ctx); err != nil {
+		return c.failed(ctx, err)
+	}
+	return nil
+}
 
 // Create makes sure Docker runs and the node image exists, creates the
 // cluster and waits until every node is Ready, CoreDNS is available and

@@ -18,7 +18,8 @@ import (
 
 // TestKindManifestsApply renders the kind overlays and applies them to a
 // real API server: what the kind profile installs must be accepted, use the
-// locally loaded images and run the agent in mock, capacity-advertising mode.
+// locally loaded images and run the agent on mock GPUs as the kubelet's
+// device plugin (no node-status patching).
 func TestKindManifestsApply(t *testing.T) {
 	env := envtest.StartForTest(t, envtest.Options{CRDDirs: []string{filepath.Join("..", "..", "operator", "config", "crd", "bases")}})
 	bins, err := binaries.Lookup(context.Background(), binaries.Options{})
@@ -31,6 +32,9 @@ func TestKindManifestsApply(t *testing.T) {
 			t.Fatalf("kustomize %s: %v", overlay, err)
 		}
 		text := string(out)
+		if overlay == "agent" && strings.Contains(text, "--advertise-capacity") {
+			t.Error("the agent overlay patches node capacity; on kind the kubelet's device plugin API advertises it")
+		}
 		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 		for {
 			obj := &unstructured.Unstructured{}
@@ -46,7 +50,8 @@ func TestKindManifestsApply(t *testing.T) {
 		}
 		for _, want := range map[string][]string{
 			"operator": {"image: gpulab-operator:dev", "imagePullPolicy: Never"},
-			"agent":    {"image: gpulab-agent:dev", "imagePullPolicy: Never", "--nvml=mock:dgx-h100", "--advertise-capacity", "name: gpulab-agent-testbed-capacity"},
+			"agent": {"image: gpulab-agent:dev", "imagePullPolicy: Never", "--nvml=mock:dgx-h100", "--device-plugin",
+				"namespace: gpulab-agent", "path: /var/lib/kubelet/device-plugins"},
 		}[overlay] {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s overlay lacks %q", overlay, want)

@@ -66,10 +66,22 @@ func EnsureBase(ctx context.Context, opts Options) (string, error) {
 	}
 	defer os.RemoveAll(work)
 	fmt.Fprintf(opts.Log, "building %s: debootstrap %s from %s...\n", ref, Suite, opts.Mirror)
-	if err := command.Run(ctx, command.Cmd{Name: "debootstrap", Args: []string{
-		"--variant=minbase", "--include=" + strings.Join(BasePackages, ","), Suite, rootfs, opts.Mirror,
-	}}); err != nil {
-		return "", fmt.Errorf("debootstrap: %w", err)
+	// A mirror answers a download with an error now and then; debootstrap
+	// gives up at the first, so a fresh attempt gets a few more chances.
+	for attempt := 1; ; attempt++ {
+		err := command.Run(ctx, command.Cmd{Name: "debootstrap", Args: []string{
+			"--variant=minbase", "--include=" + strings.Join(BasePackages, ","), Suite, rootfs, opts.Mirror,
+		}})
+		if err == nil {
+			break
+		}
+		if attempt == 3 || ctx.Err() != nil {
+			return "", fmt.Errorf("debootstrap (attempt %d): %w", attempt, err)
+		}
+		fmt.Fprintf(opts.Log, "debootstrap failed (attempt %d), retrying: %v\n", attempt, firstLine(err))
+		if err := os.RemoveAll(rootfs); err != nil {
+			return "", err
+		}
 	}
 	if err := trimRootfs(rootfs); err != nil {
 		return "", err
@@ -113,4 +125,9 @@ func trimRootfs(root string) error {
 		}
 	}
 	return os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444)
+}
+
+func firstLine(err error) string {
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	return line
 }

@@ -111,11 +111,15 @@ var cniPlugins = component{
 	},
 }
 
-// corednsPlugins are the plugins of the Corefile kubeadm writes, in
-// CoreDNS's own execution order (its plugin.cfg). Building only these,
-// rather than CoreDNS's full list, saves compiling every cloud SDK.
-var corednsPlugins = []string{"reload", "health", "ready", "prometheus", "errors", "log", "loadbalance",
-	"cache", "kubernetes", "forward", "loop"}
+// corednsPlugins are the directives of the Corefile kubeadm writes, in
+// CoreDNS's own execution order (its plugin.cfg), and the package of each.
+// Building only these, rather than CoreDNS's full list, saves compiling
+// every cloud SDK.
+var corednsPlugins = [][2]string{
+	{"reload", "reload"}, {"health", "health"}, {"ready", "ready"}, {"prometheus", "metrics"},
+	{"errors", "errors"}, {"log", "log"}, {"loadbalance", "loadbalance"}, {"cache", "cache"},
+	{"kubernetes", "kubernetes"}, {"forward", "forward"}, {"loop", "loop"},
+}
 
 // coredns is a throwaway main that registers those plugins and runs
 // CoreDNS's own coremain.
@@ -130,10 +134,12 @@ var coredns = component{
 		}
 		var main strings.Builder
 		main.WriteString("package main\n\nimport (\n\t\"github.com/coredns/coredns/core/dnsserver\"\n\t\"github.com/coredns/coredns/coremain\"\n")
+		directives := make([]string, 0, len(corednsPlugins))
 		for _, p := range corednsPlugins {
-			fmt.Fprintf(&main, "\t_ %q\n", "github.com/coredns/coredns/plugin/"+p)
+			fmt.Fprintf(&main, "\t_ %q\n", "github.com/coredns/coredns/plugin/"+p[1])
+			directives = append(directives, p[0])
 		}
-		fmt.Fprintf(&main, ")\n\nfunc init() { dnsserver.Directives = %#v }\n\nfunc main() { coremain.Run() }\n", corednsPlugins)
+		fmt.Fprintf(&main, ")\n\nfunc init() { dnsserver.Directives = %#v }\n\nfunc main() { coremain.Run() }\n", directives)
 		files := map[string]string{
 			"go.mod":  fmt.Sprintf("module gpulab.local/build/coredns\n\ngo 1.26.0\n\nrequire github.com/coredns/coredns %s\n", CoreDNSVersion),
 			"main.go": main.String(),
@@ -155,9 +161,9 @@ var kindComponents = []component{containerd, crictl, cniPlugins, coredns, kubern
 
 // Kind is the absolute paths of a kind node's programs.
 type Kind struct {
-	Kubelet, Kubeadm, KubeProxy          string
+	Kubelet, Kubeadm, KubeProxy           string
 	Containerd, Ctr, ContainerdShimRuncV2 string
-	Crictl                               string
+	Crictl                                string
 	// CNIPluginsDir holds ptp, bridge, loopback, host-local and portmap.
 	CNIPluginsDir string
 	CoreDNS       string

@@ -28,7 +28,8 @@ kind testbed commands (need Docker; run as root to start dockerd or build the ba
   docker-down  stop the dockerd that docker-up started
   kind-build   build a kind node's programs from the Go module proxy (cached)
   kind-image   build the kind node image and its component images (cached)
-  kind-up      create a kind cluster from that image (--name, --workers, --profile)
+  kind-up      create a kind cluster from that image and install Volcano and gpulab
+               (--name, --workers, --profile, --cluster-only)
   kind-down    delete the kind cluster
   kind-logs    export the kind cluster's node logs (--dir)
 `
@@ -40,6 +41,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	workers := fs.Int("workers", 4, "kind-up: worker nodes")
 	profile := fs.String("profile", kind.DefaultWorkerProfile, "kind-up: the node profile the workers play")
 	timeout := fs.Duration("timeout", 5*time.Minute, "kind-up: how long to wait for nodes, CoreDNS and the pod network")
+	clusterOnly := fs.Bool("cluster-only", false, "kind-up: create the cluster without installing Volcano and gpulab")
 	dir := fs.String("dir", "", "kind-logs: where to export (default <repo>/_artifacts/kind-<name>)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -111,7 +113,11 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	}
 	switch cmd {
 	case "kind-up":
-		if err := c.Up(ctx); err != nil {
+		up := c.Up
+		if *clusterOnly {
+			up = c.Create
+		}
+		if err := up(ctx); err != nil {
 			return err
 		}
 		fmt.Printf("kind cluster %q is up; export KUBECONFIG=%s\n", c.Name(), c.Kubeconfig())

@@ -1,0 +1,180 @@
+package kind
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpulab/gpulab/testbeds/kind/images"
+	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
+	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// GPULabImages are gpulab's images on kind, as the overlays under
+// testbeds/kind name them; VersionedRef adds the VERSION tag too.
+const (
+	OperatorImage = "gpulab-operator:dev"
+	AgentImage    = "gpulab-agent:dev"
+)
+
+// Volcano's images, built from the binaries the local testbed builds.
+var (
+	VolcanoSchedulerImage  = "gpulab-volcano/vc-scheduler:" + binaries.VolcanoVersion
+	VolcanoControllerImage = "gpulab-volcano/vc-controller-manager:" + binaries.VolcanoVersion
+)
+
+// gpulabRecipes are the images of the workloads the testbed installs:
+// the operator (static, FROM scratch, non-root as in its Dockerfile), the
+// agent (cgo: glibc from the node's Debian base), Volcano's scheduler and
+// controllers (static).
+func gpulabRecipes(operator, agent string, set *binaries.Set, base string) []images.Recipe {
+	return []images.Recipe{
+		{Ref: OperatorImage, Base: "scratch", Files: map[string]string{"/gpulab-operator": operator},
+			Entrypoint: []string{"/gpulab-operator"}, User: "65532:65532"},
+		{Ref: AgentImage, Base: base, Files: map[string]string{"/usr/local/bin/gpulab-agent": agent},
+			Entrypoint: []string{"/usr/local/bin/gpulab-agent"}},
+		{Ref: VolcanoSchedulerImage, Base: "scratch", Files: map[string]string{"/vc-scheduler": set.VolcanoScheduler},
+			Entrypoint: []string{"/vc-scheduler"}},
+		{Ref: VolcanoControllerImage, Base: "scratch", Files: map[string]string{"/vc-controller-manager": set.VolcanoControllerManager},
+			Entrypoint: []string{"/vc-controller-manager"}},
+	}
+}
+
+// Install builds gpulab's and Volcano's images, loads them into the nodes
+// with kind's loader and installs Volcano (without its admission webhook,
+// as on the local testbed), the default queue, the operator and the agent.
+func (c *Cluster) Install(ctx context.Context) error {
+	start := time.Now()
+	set, err := binaries.Ensure(ctx, binaries.Options{CacheDir: c.opts.CacheDir, Log: c.opts.Log})
+	if err != nil {
+		return err
+	}
+	work := filepath.Join(c.opts.CacheDir, "kind", "build")
+	if err := os.MkdirAll(filepath.Join(work, "bin"), 0o755); err != nil {
+		return err
+	}
+	operator, agent := filepath.Join(work, "bin", "gpulab-operator"), filepath.Join(work, "bin", "gpulab-agent")
+	for _, b := range []struct {
+		out, pkg string
+		env      []string
+	}{
+		{operator, "./operator/cmd/gpulab-operator", []string{"CGO_ENABLED=0"}},
+		{agent, "./node-agent/cmd/gpulab-agent", []string{"CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations"}},
+	} {
+		if err := command.Run(ctx, command.Cmd{Name: "go", Dir: c.root, Env: b.env,
+			Args: []string{"build", "-trimpath", "-ldflags=-s -w", "-o", b.out, b.pkg}}); err != nil {
+			return fmt.Errorf("building %s: %w", b.pkg, err)
+		}
+	}
+	base := nodeimage.BaseRef(nodeimage.DefaultMirror)
+	recipes := gpulabRecipes(operator, agent, set, base)
+	refs := make([]string, 0, len(recipes))
+	for _, r := range recipes {
+		if _, err := images.Build(ctx, r, images.Options{WorkDir: work, Log: c.opts.Log}); err != nil {
+			return err
+		}
+		refs = append(refs, r.Ref)
+	}
+	if err := c.LoadImages(ctx, refs...); err != nil {
+		return err
+	}
+	volcano, err := volcanoManifest(filepath.Join(set.VolcanoModuleDir, "installer", "volcano-development.yaml"))
+	if err != nil {
+		return err
+	}
+	kubectl := func(stdin []byte, args ...string) error {
+		cmd := command.Cmd{Name: set.Kubectl, Dir: c.root, Args: append([]string{"--kubeconfig", c.kubeconfig}, args...), Log: c.opts.Log}
+		if stdin != nil {
+			cmd.Stdin = bytes.NewReader(stdin)
+		}
+		return command.Run(ctx, cmd)
+	}
+	steps := []struct {
+		stdin []byte
+		args  []string
+	}{
+		{volcano, []string{"apply", "--server-side", "-f", "-"}},
+		{[]byte(defaultQueue), []string{"apply", "--server-side", "-f", "-"}},
+		{nil, []string{"-n", "volcano-system", "wait", "--for=condition=Available", "deployment", "--all", "--timeout=5m"}},
+		{nil, []string{"apply", "--server-side", "-k", filepath.Join("testbeds", "kind", "operator")}},
+		{nil, []string{"apply", "--server-side", "-k", filepath.Join("testbeds", "kind", "agent")}},
+		{nil, []string{"-n", "gpulab-system", "wait", "--for=condition=Available", "deployment/gpulab-operator", "--timeout=5m"}},
+		{nil, []string{"-n", "gpulab-agent", "rollout", "status", "daemonset/gpulab-agent", "--timeout=5m"}},
+	}
+	for _, s := range steps {
+		if err := kubectl(s.stdin, s.args...); err != nil {
+			return fmt.Errorf("installing gpulab on kind: %w", err)
+		}
+	}
+	fmt.Fprintf(c.opts.Log, "Volcano and gpulab installed in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// defaultQueue is Volcano's default queue with the fields its admission
+// webhook would fill in; without them it never admits a PodGroup.
+const defaultQueue = `apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata:
+  name: default
+spec:
+  weight: 1
+  reclaimable: true
+`
+
+// volcanoManifest is Volcano's development manifest without its admission
+// webhook (its Deployment, init Job, Service, RBAC and webhook
+// configurations), with the scheduler and controllers on the local images.
+func volcanoManifest(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading Volcano's manifest: %w", err)
+	}
+	images := map[string]string{"volcano-scheduler": VolcanoSchedulerImage, "volcano-controllers": VolcanoControllerImage}
+	var out bytes.Buffer
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("parsing Volcano's manifest: %w", err)
+		}
+		if len(obj.Object) == 0 || strings.HasPrefix(obj.GetName(), "volcano-admission") || strings.HasSuffix(obj.GetKind(), "WebhookConfiguration") {
+			continue
+		}
+		if image, ok := images[obj.GetName()]; ok && obj.GetKind() == "Deployment" {
+			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+			if len(containers) != 1 {
+				return nil, fmt.Errorf("Volcano's %s has %d containers, want 1", obj.GetName(), len(containers))
+			}
+			container := containers[0].(map[string]any)
+			container["image"], container["imagePullPolicy"] = image, "Never"
+			if err := unstructured.SetNestedSlice(obj.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+				return nil, err
+			}
+			delete(images, obj.GetName())
+		}
+		doc, err := yaml.Marshal(obj.Object)
+		if err != nil {
+			return nil, err
+		}
+		out.WriteString("---\n")
+		out.Write(doc)
+	}
+	if len(images) > 0 {
+		return nil, fmt.Errorf("Volcano's manifest lacks the Deployments %v", images)
+	}
+	return out.Bytes(), nil
+}
