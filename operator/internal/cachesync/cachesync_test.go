@@ -215,4 +215,3 @@ func TestForgetsAfterTTL(t *testing.T) {
 		t.Fatalf("after TTL the cache's NotFound should stand, got %v", err)
 	}
 }
-

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,6 +79,9 @@ type Reconciler struct {
 	events    recorder.EventRecorder
 	metrics   *metrics.Clusters
 	opts      Options
+	// lastStatusWrite holds when each cluster's status was last written,
+	// for coalescing progress-only writes (status.go).
+	lastStatusWrite sync.Map
 }
 
 // New builds a Reconciler from a manager.
@@ -190,6 +194,8 @@ type scope struct {
 	reconcileErr error
 	// invalid is why the spec, though accepted by the schema, cannot be built.
 	invalid error
+	// statusDeferred is how long a progress-only status write was put off.
+	statusDeferred time.Duration
 }
 
 // recheckConflict is how often a cluster blocked by a foreign object under
@@ -206,6 +212,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.Forget(req.NamespacedName)
+			r.lastStatusWrite.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -225,6 +232,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 		}
 		s.reconcileErr = err
 		err = errors.Join(err, r.updateStatus(ctx, s))
+		if d := s.statusDeferred; d > 0 && (result.RequeueAfter == 0 || d < result.RequeueAfter) {
+			result.RequeueAfter = d
+		}
 		if err != nil && namespaceTerminating(err) {
 			// The namespace is going away with the cluster: nothing to build.
 			result, err = ctrl.Result{}, nil

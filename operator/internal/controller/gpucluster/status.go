@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +29,15 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 		r.metrics.SetPhase(client.ObjectKeyFromObject(s.cluster), string(next.Phase))
 		return nil
 	}
+	key := client.ObjectKeyFromObject(s.cluster)
+	if !urgent(old, &next) {
+		if last, ok := r.lastStatusWrite.Load(key); ok {
+			if wait := time.Until(last.(time.Time).Add(StatusCoalesce)); wait > 0 {
+				s.statusDeferred = wait
+				return nil
+			}
+		}
+	}
 	updated := s.cluster.DeepCopy()
 	updated.Status = next
 	err := r.client.Status().Update(ctx, updated)
@@ -49,8 +59,32 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
+	r.lastStatusWrite.Store(key, time.Now())
 	r.recordTransitions(s.cluster, old, &next)
 	return nil
+}
+
+// StatusCoalesce is how long after a status write a progress-only change
+// (pod counts, the PodGroup's phase, messages) waits, so that the pods of
+// a gang binding and starting one by one cost one write, not one each.
+// Phase changes, first-seen times and condition verdicts are written at
+// once: they are what users and the latency measurements watch.
+const StatusCoalesce = time.Second
+
+// urgent says whether next differs from old in more than progress.
+func urgent(old, next *gpulabv1alpha1.GPUClusterStatus) bool {
+	if old.Phase != next.Phase || old.ObservedGeneration != next.ObservedGeneration ||
+		(old.ScheduledTime == nil) != (next.ScheduledTime == nil) || (old.ReadyTime == nil) != (next.ReadyTime == nil) ||
+		old.DesiredPods != next.DesiredPods || old.GPUs != next.GPUs || len(old.Conditions) != len(next.Conditions) {
+		return true
+	}
+	for _, c := range next.Conditions {
+		was := meta.FindStatusCondition(old.Conditions, c.Type)
+		if was == nil || was.Status != c.Status || was.Reason != c.Reason {
+			return true
+		}
+	}
+	return false
 }
 
 // recordTransitions updates metrics and events on changes only.

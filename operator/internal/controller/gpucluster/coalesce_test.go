@@ -1,0 +1,98 @@
+package gpucluster_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
+	"github.com/gpulab/gpulab/operator/internal/testutil"
+)
+
+// TestProgressWritesAreCoalesced: pods of a gang that become Ready one by
+// one change only the ready count until the last, so the operator writes
+// status for them at most once per StatusCoalesce, while the phase
+// changes (Scheduling, Provisioning, Ready) are written at once. A lone
+// progress change is still written, once the window has passed.
+func TestProgressWritesAreCoalesced(t *testing.T) {
+	c := needEnv(t)
+	ctx := t.Context()
+	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	ns := testutil.NewNamespace(t, c)
+	gc := testutil.NewCluster(ns, "steps", 4, 1)
+	gc.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
+	if err := c.Create(ctx, gc); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	testutil.Eventually(t, waitTimeout, "5 pods", func() (bool, string) {
+		pods = testutil.ListPods(t, c, ns)
+		return len(pods) == 5, fmt.Sprintf("%d pods", len(pods))
+	})
+	// Workers first, the head last: the head's readiness is a condition
+	// verdict (HeadReady), written at once.
+	sort.Slice(pods, func(i, j int) bool {
+		return pods[i].Labels[gpulabv1alpha1.GroupLabel] != gpulabv1alpha1.HeadGroupName && pods[j].Labels[gpulabv1alpha1.GroupLabel] == gpulabv1alpha1.HeadGroupName
+	})
+	for i := range pods {
+		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i%4))
+	}
+	testutil.Eventually(t, waitTimeout, "Provisioning", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "steps")
+		return got.Status.Phase == gpulabv1alpha1.ClusterProvisioning, fmt.Sprintf("phase %q", got.Status.Phase)
+	})
+	provisioned := time.Now()
+	writesBefore := m.Traffic.Count("PUT gpuclusters/status")
+
+	// One pod Ready: progress only, written once the window has passed.
+	markReady(t, c, &pods[0])
+	testutil.Eventually(t, waitTimeout, "1 Ready pod in status", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "steps")
+		return got.Status.ReadyPods == 1, fmt.Sprintf("readyPods %d", got.Status.ReadyPods)
+	})
+	if since := time.Since(provisioned); since < gpucluster.StatusCoalesce-100*time.Millisecond {
+		t.Errorf("a progress-only change was written %s after the previous write, inside the %s window", since, gpucluster.StatusCoalesce)
+	}
+	// Three more, back to back, then the last: the phase change to Ready
+	// is written at once and carries the counts the window held back.
+	for i := 1; i < 4; i++ {
+		markReady(t, c, &pods[i])
+	}
+	markReady(t, c, &pods[4])
+	testutil.Eventually(t, waitTimeout, "Ready", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "steps")
+		return got.Status.Phase == gpulabv1alpha1.ClusterReady && got.Status.ReadyPods == 5,
+			fmt.Sprintf("phase %q, readyPods %d", got.Status.Phase, got.Status.ReadyPods)
+	})
+	if n := m.Traffic.Count("PUT gpuclusters/status") - writesBefore; n > 3 {
+		t.Errorf("%d status writes for 5 pods turning Ready, want at most 3 (one progress write per window, and Ready)", n)
+	}
+}
+
+func bind(t *testing.T, c client.Client, pod *corev1.Pod, node string) {
+	t.Helper()
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	if err := c.SubResource("binding").Create(context.Background(), pod, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func markReady(t *testing.T, c client.Client, pod *corev1.Pod) {
+	t.Helper()
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	if err := c.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
