@@ -134,7 +134,6 @@ type runFlags struct {
 	devicePluginResource string
 }
 
-
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
 	fs.DurationVar(&f.interval, "interval", 30*time.Second, "rescan interval; health events trigger a rescan at once")

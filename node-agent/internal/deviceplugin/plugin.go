@@ -338,8 +338,9 @@ func (p *Plugin) serveOnce(ctx context.Context, w *fsnotify.Watcher) (restart bo
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	var serveErr error
+	served := make(chan struct{})
+	go func() { defer close(served); serveErr = srv.Serve(ln) }()
 	defer func() {
 		srv.Stop() // also ends ListAndWatch streams
 		<-served
@@ -382,8 +383,8 @@ func (p *Plugin) serveOnce(ctx context.Context, w *fsnotify.Watcher) (restart bo
 		select {
 		case <-ctx.Done():
 			return false, nil
-		case err := <-served:
-			return false, fmt.Errorf("device plugin: serving %s: %w", sock, err)
+		case <-served:
+			return false, fmt.Errorf("device plugin: serving %s: %w", sock, serveErr)
 		case e, ok := <-w.Events:
 			if ok && filepath.Clean(e.Name) == filepath.Clean(p.KubeletSocket()) && e.Has(fsnotify.Create) {
 				// A new kubelet: register with it now.
