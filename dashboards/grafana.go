@@ -19,6 +19,13 @@ import (
 // The dashboards are built with Grafana's own Go builders
 // (grafana-foundation-sdk); this file holds what every gpulab dashboard
 // shares on top of them. Nothing of the model is hand-written.
+//
+// The SDK marks its classic dashboard builder deprecated in favour of
+// dashboardv2, the Kubernetes-style resource of Grafana 12's v2 dashboard
+// API. gpulab keeps the classic model on purpose: it is what Grafana's JSON
+// import, file provisioning and kube-prometheus-stack's dashboard sidecar
+// load, in every Grafana version users run; hence the nolint:staticcheck
+// (SA1019) below.
 
 // SchemaVersion is the Grafana dashboard JSON schema version the builders
 // write.
@@ -38,13 +45,14 @@ var datasourceRef = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog
 // plus the next panel id (the builder lays panels out but leaves ids to us).
 type Dashboard struct {
 	UID     string
-	builder *dashboard.DashboardBuilder
+	builder *dashboard.DashboardBuilder //nolint:staticcheck // the classic model, see above
 	nextID  uint32
 }
 
 // newDashboard fills in what every gpulab dashboard shares: the datasource
 // variable first, then vars.
 func newDashboard(uid, title, description string, vars ...cog.Builder[dashboard.VariableModel]) *Dashboard {
+	//nolint:staticcheck // the classic model, see above
 	b := dashboard.NewDashboardBuilder(title).
 		Uid(uid).
 		Description(description).
@@ -92,7 +100,7 @@ func (d *Dashboard) id() uint32 {
 }
 
 // Build returns Grafana's dashboard model.
-func (d *Dashboard) Build() (dashboard.Dashboard, error) {
+func (d *Dashboard) Build() (dashboard.Dashboard, error) { //nolint:staticcheck // the classic model, see above
 	m, err := d.builder.Build()
 	if err != nil {
 		return m, fmt.Errorf("dashboard %s: %w", d.UID, err)
