@@ -25,12 +25,15 @@ endif
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(GPULAB_CACHE)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+ACTIONLINT_VERSION ?= v1.7.12
+ACTIONLINT    := $(GPULAB_CACHE)/tools/actionlint-$(ACTIONLINT_VERSION)/actionlint
 TESTBED       := $(BIN)/gpulab-testbed
 TEST_TIMEOUT  ?= 45m
-# What `version` and `--version` print.
-VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-COMMIT        ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS       := -X github.com/gpulab/gpulab/internal/version.Version=$(VERSION) -X github.com/gpulab/gpulab/internal/version.Commit=$(COMMIT)
+# What `--version` and gpulab_build_info say, from internal/version/stamp:
+# the VERSION file (or the v* tag HEAD is exactly on), the commit with
+# -dirty for a changed tree, the build date (SOURCE_DATE_EPOCH when set).
+# Resolved once, on first use; the release workflow asks the same command.
+LDFLAGS = $(eval LDFLAGS := $$(shell $(GO) run ./internal/version/cmd/stamp))$(or $(LDFLAGS),$(error internal/version/cmd/stamp printed no -ldflags))
 
 ##@ General
 
@@ -45,7 +48,7 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build every gpulab binary into bin/.
 	$(GO) build ./...
-	$(GO) build -o $(TESTBED) ./testbeds/local/cmd/gpulab-testbed
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(TESTBED) ./testbeds/local/cmd/gpulab-testbed
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-agent ./node-agent/cmd/gpulab-agent
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
@@ -55,11 +58,17 @@ generate: ## Generate deepcopy code for the API types.
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate the CRDs (operator/config/crd/bases) and the operator's RBAC (operator/config/rbac/role.yaml).
+manifests: ## Generate the CRDs (operator/config/crd/bases, copied into charts/gpulab/crds) and the operator's RBAC (operator/config/rbac/role.yaml).
 	$(GO) tool controller-gen crd:generateEmbeddedObjectMeta=true,maxDescLen=0 paths=./api/... \
 		output:crd:artifacts:config=operator/config/crd/bases
 	$(GO) tool controller-gen rbac:roleName=gpulab-operator paths=./operator/... \
 		output:rbac:artifacts:config=operator/config/rbac
+	cp operator/config/crd/bases/*.yaml charts/gpulab/crds/
+
+CHART_OUT ?= $(CURDIR)/_artifacts/chart
+.PHONY: chart
+chart: ## Lint the Helm chart (charts/gpulab) as helm lint --strict does and package it into CHART_OUT (_artifacts/chart); its version must equal VERSION.
+	$(GO) run ./charts/cmd/gpulab-chart --chart=charts/gpulab --out=$(CHART_OUT) --version-file=VERSION
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -70,11 +79,15 @@ vet: ## go vet every package.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
+lint: $(GOLANGCI_LINT) $(ACTIONLINT) ## Run golangci-lint with .golangci.yml, and actionlint on .github/workflows (with shellcheck when installed).
 	$(GOLANGCI_LINT) run ./...
+	$(ACTIONLINT)
 
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+$(ACTIONLINT):
+	GOBIN=$(dir $@) $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
 ##@ Testing
 
@@ -94,7 +107,7 @@ test-short: ## Run only the fast tests (no API server, no testbed).
 ##@ Dashboards
 
 .PHONY: dashboards
-dashboards: ## Regenerate the Grafana dashboards and the PrometheusRule from Go.
+dashboards: ## Regenerate the Grafana dashboards, the PrometheusRule, the sidecar ConfigMaps and the chart's copies from Go.
 	$(GO) generate ./dashboards
 
 .PHONY: dashboards-check
@@ -148,7 +161,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 	shopt -s nullglob; runs=($(NIGHTLY_OUT)/run-*/results.json); \
 	if (( $${#runs[@]} == 0 )); then echo "nightly: no run wrote results" >&2; exit 1; fi; \
 	rc=0; \
-	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median \
+	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median --perfdata $(NIGHTLY_OUT)/perfdata \
 		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL)) "$${runs[@]}" || rc=1; \
 	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) --current $(NIGHTLY_OUT)/median/results.json --max-regression 10% || rc=1; \
 	if (( failed > 0 )); then echo "nightly: $$failed of $(NIGHTLY_RUNS) runs failed" >&2; rc=1; fi; \
@@ -167,7 +180,7 @@ COMPARE_OUT    ?= $(CURDIR)/_artifacts/compare-operators
 compare-operators: testbed-binaries ## Measure gpulab's operator and KubeRay side by side on one testbed (CONFORMANCE_SCALE gangs, COMPARE_ROUNDS rounds) and print the table.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(GO) build -o $(BIN)/compare-operators ./conformance/cmd/compare-operators
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-operators ./conformance/cmd/compare-operators
 	$(BIN)/compare-operators --scale=$(CONFORMANCE_SCALE) --rounds=$(COMPARE_ROUNDS) --suite=$(BIN)/gpulab-conformance \
 		--operator-binary=$(BIN)/gpulab-operator --out=$(COMPARE_OUT)
 
@@ -177,7 +190,7 @@ BENCH_OUT    ?= $(CURDIR)/_artifacts/bench-scale
 bench-scale: testbed-binaries ## Measure the operator at N=BENCH_SCALES gangs (one testbed each, pprof on) and write the table, SVG plots and profiles to _artifacts/bench-scale.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(GO) build -o $(BIN)/bench-scale ./conformance/cmd/bench-scale
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/bench-scale ./conformance/cmd/bench-scale
 	$(BIN)/bench-scale -n=$(BENCH_SCALES) --suite=$(BIN)/gpulab-conformance --operator-binary=$(BIN)/gpulab-operator --out=$(BENCH_OUT)
 
 FROM ?=
@@ -213,4 +226,4 @@ run-operator: ## Run the operator locally against the testbed (loopback metrics 
 
 .PHONY: $(TESTBED)
 $(TESTBED):
-	$(GO) build -o $@ ./testbeds/local/cmd/gpulab-testbed
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./testbeds/local/cmd/gpulab-testbed

@@ -154,6 +154,11 @@ func report(testsCode int, out string) int {
 	if err := run.Write(out); err != nil {
 		errs = append(errs, err)
 	}
+	if opts.PerfData != "" {
+		if _, err := run.WritePerfData(opts.PerfData); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	fmt.Printf("\n%s\nresults: %s\n", run.Markdown(), out)
 	if opts.PushgatewayURL != "" {
 		if err := results.Push(context.Background(), opts.PushgatewayURL, run); err != nil {

@@ -17,6 +17,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpulab/gpulab/conformance/benchscale"
+	"github.com/gpulab/gpulab/internal/version"
 )
 
 func main() {
@@ -26,7 +27,12 @@ func main() {
 	flag.StringVar(&opts.Operator, "operator-binary", "bin/gpulab-operator", "the gpulab-operator binary")
 	flag.StringVar(&opts.Out, "out", "_artifacts/bench-scale", "directory for each scale's results and profiles, report.md and the plots")
 	flag.StringVar(&opts.TestbedName, "testbed-name", "gpulab-bench-scale", "name of the local testbeds it creates")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("bench-scale", version.Get())
+		return
+	}
 	// The testbed's clients log through controller-runtime; progress goes
 	// to stdout already.
 	ctrllog.SetLogger(logr.Discard())

@@ -15,6 +15,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpulab/gpulab/conformance/sidebyside"
+	"github.com/gpulab/gpulab/internal/version"
 )
 
 func main() {
@@ -25,7 +26,12 @@ func main() {
 	flag.StringVar(&opts.Operator, "operator-binary", "bin/gpulab-operator", "the gpulab-operator binary")
 	flag.StringVar(&opts.Out, "out", "_artifacts/compare-operators", "directory for each run's results and report.md")
 	flag.StringVar(&opts.TestbedName, "testbed-name", "gpulab-side-by-side", "name of the local testbed it creates")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("compare-operators", version.Get())
+		return
+	}
 	// The testbed's clients log through controller-runtime; progress goes
 	// to stdout already.
 	ctrllog.SetLogger(logr.Discard())
