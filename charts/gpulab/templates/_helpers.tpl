@@ -63,15 +63,6 @@ app.kubernetes.io/component: agent
 {{- printf "%s:%s" $img.repository (default $root.Chart.AppVersion $img.tag) -}}
 {{- end -}}
 
-{{- define "gpulab.imagePullSecrets" -}}
-{{- with .Values.imagePullSecrets }}
-imagePullSecrets:
-{{- range . }}
-  - name: {{ . }}
-{{- end }}
-{{- end }}
-{{- end -}}
-
 {{/* The ServiceAccount and token Secret the monitors scrape with. */}}
 {{- define "gpulab.metricsReader.fullname" -}}{{ include "gpulab.fullname" . }}-metrics-reader{{- end -}}
 
