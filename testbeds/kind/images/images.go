@@ -44,6 +44,8 @@ type Recipe struct {
 	Env []string
 	// User the image runs as; root when empty.
 	User string
+	// StopSignal is what `docker stop` sends; SIGTERM when empty.
+	StopSignal string
 }
 
 // Dockerfile renders the recipe; files are copied from the context's
@@ -64,6 +66,9 @@ func (r Recipe) Dockerfile() string {
 	}
 	if r.User != "" {
 		fmt.Fprintf(&b, "USER %s\n", r.User)
+	}
+	if r.StopSignal != "" {
+		fmt.Fprintf(&b, "STOPSIGNAL %s\n", r.StopSignal)
 	}
 	if len(r.Entrypoint) > 0 {
 		ep, _ := json.Marshal(r.Entrypoint)

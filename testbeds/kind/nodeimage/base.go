@@ -56,13 +56,34 @@ func EnsureBase(ctx context.Context, opts Options) (string, error) {
 		return "", fmt.Errorf("debootstrap needs root to build the kind base image %s", ref)
 	}
 	start := time.Now()
+	// The root file system's tarball is kept until the image is imported,
+	// so a failed import does not cost another debootstrap.
+	tarball := filepath.Join(opts.WorkDir, "base-"+strings.TrimPrefix(ref, "gpulab-kind-base:")+".tar")
+	if _, err := os.Stat(tarball); err != nil {
+		if err := debootstrap(ctx, opts, ref, tarball); err != nil {
+			return "", err
+		}
+	}
+	if err := command.Run(ctx, command.Cmd{Name: "docker", Args: []string{"import",
+		"--change", "ENV container=docker", "--change", `ENTRYPOINT ["/sbin/init"]`, tarball, ref}}); err != nil {
+		return "", fmt.Errorf("importing the base image: %w", err)
+	}
+	if err := os.Remove(tarball); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(opts.Log, "built %s in %s\n", ref, time.Since(start).Round(time.Second))
+	return ref, nil
+}
+
+// debootstrap makes the root file system and packs it into tarball.
+func debootstrap(ctx context.Context, opts Options, ref, tarball string) error {
 	work := filepath.Join(opts.WorkDir, "base")
 	if err := os.RemoveAll(work); err != nil {
-		return "", err
+		return err
 	}
 	rootfs := filepath.Join(work, "rootfs")
 	if err := os.MkdirAll(work, 0o755); err != nil {
-		return "", err
+		return err
 	}
 	defer os.RemoveAll(work)
 	fmt.Fprintf(opts.Log, "building %s: debootstrap %s from %s...\n", ref, Suite, opts.Mirror)
@@ -76,27 +97,21 @@ func EnsureBase(ctx context.Context, opts Options) (string, error) {
 			break
 		}
 		if attempt == 3 || ctx.Err() != nil {
-			return "", fmt.Errorf("debootstrap (attempt %d): %w", attempt, err)
+			return fmt.Errorf("debootstrap (attempt %d): %w", attempt, err)
 		}
 		fmt.Fprintf(opts.Log, "debootstrap failed (attempt %d), retrying: %v\n", attempt, firstLine(err))
 		if err := os.RemoveAll(rootfs); err != nil {
-			return "", err
+			return err
 		}
 	}
 	if err := trimRootfs(rootfs); err != nil {
-		return "", err
+		return err
 	}
-	tarball := filepath.Join(work, "rootfs.tar")
-	if err := command.Run(ctx, command.Cmd{Name: "tar", Args: []string{"--numeric-owner", "-C", rootfs, "-cf", tarball, "."}}); err != nil {
-		return "", err
+	partial := tarball + ".partial"
+	if err := command.Run(ctx, command.Cmd{Name: "tar", Args: []string{"--numeric-owner", "-C", rootfs, "-cf", partial, "."}}); err != nil {
+		return err
 	}
-	if err := command.Run(ctx, command.Cmd{Name: "docker", Args: []string{"import",
-		"--change", "ENV container=docker", "--change", "STOPSIGNAL SIGRTMIN+3",
-		"--change", `ENTRYPOINT ["/sbin/init"]`, tarball, ref}}); err != nil {
-		return "", fmt.Errorf("importing the base image: %w", err)
-	}
-	fmt.Fprintf(opts.Log, "built %s in %s\n", ref, time.Since(start).Round(time.Second))
-	return ref, nil
+	return os.Rename(partial, tarball)
 }
 
 // trimRootfs makes the debootstrapped system boot as a container: no apt

@@ -157,6 +157,7 @@ func stageRecipe(opts Options, p Programs, base string) (images.Recipe, error) {
 	r := images.Recipe{
 		Ref: Repository + ":stage", Base: base, Files: nodeFiles(p),
 		Env:        []string{"container=docker"},
+		StopSignal: "SIGRTMIN+3", // systemd's signal to shut down
 		Entrypoint: []string{"/usr/local/bin/entrypoint", "/sbin/init"},
 	}
 	extra := map[string]string{

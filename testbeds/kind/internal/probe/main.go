@@ -1,6 +1,7 @@
 // Command probe is the tiny workload the kind testbed's tests run in pods
-// (an image built here, FROM scratch): `probe serve ADDR` answers every
-// request with the pod's name; `probe get URL` fetches URL, prints the body
+// (an image built here, FROM scratch): `probe serve ADDR` prints the GPUs
+// the kubelet gave it (NVIDIA_VISIBLE_DEVICES) and answers every request
+// with the pod's name; `probe get URL` fetches URL, prints the body
 // and fails unless the answer is 200, retrying until a deadline so that a
 // pod started before its peer is Ready still proves the path.
 package main
@@ -28,6 +29,7 @@ func run(args []string) error {
 	switch args[0] {
 	case "serve":
 		host, _ := os.Hostname()
+		fmt.Printf("NVIDIA_VISIBLE_DEVICES=%s\n", os.Getenv("NVIDIA_VISIBLE_DEVICES"))
 		srv := &http.Server{Addr: args[1], ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			fmt.Fprintf(w, "hello from %s\n", host)
 		})}

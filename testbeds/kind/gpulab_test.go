@@ -1,0 +1,190 @@
+package kind
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+const gpuResource corev1.ResourceName = "nvidia.com/gpu"
+
+// TestDevicePluginAllocatesDistinctGPUs installs gpulab on a kind cluster
+// and proves GPUs go through the real kubelet: the agent's device plugin
+// makes the kubelet advertise the mock node's 8 GPUs, two pods asking for 4
+// each get 4 distinct UUIDs of that node's inventory in
+// NVIDIA_VISIBLE_DEVICES and never share one, and a third pod that asks for
+// one more stays unschedulable.
+func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
+	opts := kindTestOptions(t)
+	opts.Name = "gpulab-test-gpu"
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	c, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Down(ctx)
+	start := time.Now()
+	if err := c.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster up with Volcano and gpulab in %s", time.Since(start).Round(time.Second))
+	t.Cleanup(func() {
+		if t.Failed() {
+			if err := c.CollectLogs(context.WithoutCancel(ctx), opts.ArtifactsDir); err != nil {
+				t.Log(err)
+			}
+		}
+		if err := c.Down(context.WithoutCancel(ctx)); err != nil {
+			t.Error(err)
+		}
+	})
+	cs, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, gpulabv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := buildProbeImage(ctx, t)
+	if err := c.LoadImages(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+
+	// The worker's capacity comes from the kubelet's device manager.
+	var worker string
+	deadline := time.Now().Add(3 * time.Minute)
+	for worker == "" {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nvidia.com/gpu.present=true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			if q := n.Status.Allocatable[gpuResource]; q.Value() == 8 {
+				worker = n.Name
+			}
+		}
+		if worker == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("no worker advertises 8 allocatable %s within 3m", gpuResource)
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
+	inv := &gpulabv1alpha1.GPUInventory{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: worker}, inv); err != nil {
+		t.Fatalf("the agent published no inventory for %s: %v", worker, err)
+	}
+	known := map[string]bool{}
+	for _, g := range inv.Status.GPUs {
+		known[g.UUID] = true
+	}
+	if len(known) != 8 {
+		t.Fatalf("inventory of %s lists %d distinct UUIDs, want 8", worker, len(known))
+	}
+
+	ns := "gpu-probe"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gpuPod := func(name string, gpus int64) *corev1.Pod {
+		p := probePod(name, "", probe, "serve", ":8080")
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": worker}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpuResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
+		return p
+	}
+	seen := map[string]string{}
+	for _, name := range []string{"gpus-a", "gpus-b"} {
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod(name, 4), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"gpus-a", "gpus-b"} {
+		waitPodIP(ctx, t, cs, ns, name)
+		uuids := visibleDevices(ctx, t, cs, ns, name)
+		if len(uuids) != 4 || len(slices.Compact(slices.Sorted(slices.Values(uuids)))) != 4 {
+			t.Errorf("%s got NVIDIA_VISIBLE_DEVICES %v, want 4 distinct UUIDs", name, uuids)
+		}
+		for _, u := range uuids {
+			if !known[u] {
+				t.Errorf("%s got %s, which is not in %s's inventory", name, u, worker)
+			}
+			if other, ok := seen[u]; ok {
+				t.Errorf("%s and %s share GPU %s", other, name, u)
+			}
+			seen[u] = name
+		}
+	}
+
+	// All 8 are held: one more GPU is not there to give.
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod("gpus-c", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		pod, err := cs.CoreV1().Pods(ns).Get(ctx, "gpus-c", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pod.Spec.NodeName != "" {
+			t.Fatalf("gpus-c was bound to %s with every GPU held", pod.Spec.NodeName)
+		}
+		if i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}); i >= 0 {
+			t.Logf("gpus-c unschedulable: %s", pod.Status.Conditions[i].Message)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gpus-c was neither bound nor marked unschedulable within 1m")
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// visibleDevices reads the UUIDs a probe pod printed at start.
+func visibleDevices(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) []string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		data, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err == nil {
+			for line := range strings.SplitSeq(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "NVIDIA_VISIBLE_DEVICES="); ok {
+					if v == "" {
+						return nil
+					}
+					return strings.Split(v, ",")
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s printed no NVIDIA_VISIBLE_DEVICES: %v %s", name, err, data)
+		}
+		time.Sleep(time.Second)
+	}
+}
