@@ -3,6 +3,7 @@ package dashboards_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	grafana "github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/dashboards"
@@ -633,6 +639,77 @@ func copyTree(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDashboardsDecodeStrictly decodes each file as Grafana's dashboard
+// model, strictly (an unknown field, a missing required one or a wrong type
+// fails), as the SDK's schema for this schemaVersion defines it; a tampered
+// copy must fail, so the check is real.
+func TestDashboardsDecodeStrictly(t *testing.T) {
+	plugins.RegisterDefaultPlugins()
+	decode := func(b []byte) error {
+		var d grafana.Dashboard //nolint:staticcheck // the classic model the files hold (see grafana.go)
+		err := d.UnmarshalJSONStrict(b)
+		// The SDK returns its error list typed even when it is empty.
+		var errs cog.BuildErrors
+		if errors.As(err, &errs) && len(errs) == 0 {
+			return nil
+		}
+		return err
+	}
+	for _, f := range dashboards.All() {
+		b, err := os.ReadFile(filepath.Join("grafana", f.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := decode(b); err != nil {
+			t.Errorf("grafana/%s does not decode as Grafana's dashboard model: %v", f.Name, err)
+		}
+		tampered := bytes.Replace(b, []byte(`"gridPos": {`), []byte(`"gridPos": {"depth": 1, `), 1)
+		if decode(tampered) == nil {
+			t.Errorf("grafana/%s with an unknown gridPos field decoded strictly", f.Name)
+		}
+	}
+}
+
+// TestDCGMFixture checks the recorded DCGM exporter page the live test
+// serves: it parses as Prometheus text exposition, every series carries DCGM
+// exporter's labels, and it has every DCGM_FI_* series the GPU-fleet
+// dashboard names (so the live test's DCGM pass covers each of them).
+func TestDCGMFixture(t *testing.T) {
+	f, err := os.Open(filepath.Join("testdata", "dcgm-exporter.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(f)
+	if err != nil {
+		t.Fatalf("testdata/dcgm-exporter.prom: %v", err)
+	}
+	for name, fam := range families {
+		for _, m := range fam.GetMetric() {
+			labels := map[string]bool{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = true
+			}
+			for _, want := range []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"} {
+				if !labels[want] {
+					t.Errorf("%s series %v lacks label %s", name, m.GetLabel(), want)
+				}
+			}
+		}
+	}
+	named := regexp.MustCompile(`__name__="(DCGM_FI_[A-Z_]+)"`)
+	for _, p := range loadDashboards(t)["grafana/gpu-fleet.json"].Panels {
+		for _, tg := range p.Targets {
+			for _, m := range named.FindAllStringSubmatch(tg.Expr, -1) {
+				if families[m[1]] == nil {
+					t.Errorf("panel %q reads %s, which the recorded page lacks", p.Title, m[1])
+				}
+			}
+		}
 	}
 }
 
