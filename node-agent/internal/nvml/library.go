@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,14 +35,18 @@ type Options struct {
 
 // SysfsNUMANode reads a PCI device's NUMA node from sysfs; -1 when it is
 // unknown (no such file, or the kernel says -1 on single-node machines).
-func SysfsNUMANode(pciBusID string) int {
+func SysfsNUMANode(pciBusID string) int { return numaNodeIn("/sys/bus/pci/devices", pciBusID) }
+
+// numaNodeIn reads the NUMA node of a PCI device under dir, a sysfs
+// devices directory.
+func numaNodeIn(dir, pciBusID string) int {
 	// NVML's bus id has an 8-digit domain (00000000:18:00.0); sysfs a
 	// 4-digit one, in lower case.
 	id := strings.ToLower(pciBusID)
 	if len(id) > 12 {
 		id = id[len(id)-12:]
 	}
-	b, err := os.ReadFile("/sys/bus/pci/devices/" + id + "/numa_node")
+	b, err := os.ReadFile(filepath.Join(dir, id, "numa_node"))
 	if err != nil {
 		return -1
 	}
