@@ -497,11 +497,19 @@ func TestLocalScrapeConfig(t *testing.T) {
 	bin := promtool(t)
 	dir := t.TempDir()
 	copyTree(t, "prometheus", dir)
-	if err := (dashboards.LocalTargets{Operator: "127.0.0.1:1", Agent: "127.0.0.1:2", VolcanoScheduler: "127.0.0.1:3", Pushgateway: "127.0.0.1:4"}).Write(filepath.Join(dir, "local", "targets")); err != nil {
+	if err := (dashboards.LocalTargets{Operator: "127.0.0.1:1", Agent: "127.0.0.1:2", VolcanoScheduler: "127.0.0.1:3", Pushgateway: "127.0.0.1:4", Cluster: "lab"}).Write(filepath.Join(dir, "local", "targets")); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(bin, "check", "config", filepath.Join(dir, "local", "prometheus.yml")).CombinedOutput(); err != nil {
 		t.Errorf("promtool check config: %v\n%s", err, out)
+	}
+	var groups []struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	readYAML(t, filepath.Join(dir, "local", "targets", "gpulab-agent.json"), &groups)
+	if len(groups) != 1 || groups[0].Labels["cluster"] != "lab" {
+		t.Errorf("gpulab-agent targets %+v: want one group labelled cluster=lab", groups)
 	}
 }
 
