@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 )
 
@@ -174,5 +175,50 @@ func copyDir(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadmeListsEveryValue: the README's values table has a row for every
+// value in values.yaml (or for the block holding it, such as
+// operator.resources) and no row for a value that does not exist.
+func TestReadmeListsEveryValue(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		if key, ok := strings.CutPrefix(line, "| `"); ok {
+			if k, _, ok := strings.Cut(key, "`"); ok {
+				rows[k] = true
+			}
+		}
+	}
+	vals := loadChart(t).Values
+	for row := range rows {
+		if _, err := chartutil.Values(vals).PathValue(row); err != nil {
+			// PathValue finds leaves only; a block row must be a table.
+			if _, terr := chartutil.Values(vals).Table(row); terr != nil {
+				t.Errorf("README row %s: no such value", row)
+			}
+		}
+	}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			path := strings.TrimPrefix(prefix+"."+k, ".")
+			if rows[path] {
+				continue
+			}
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				walk(path, sub)
+				continue
+			}
+			t.Errorf("values.yaml %s has no row in the README's values table", path)
+		}
+	}
+	walk("", vals)
+	if len(rows) < 50 {
+		t.Errorf("only %d rows found in the README's values table", len(rows))
 	}
 }

@@ -18,6 +18,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"bad NVML mode", "agent: {nvml: fake}", "nvml"},
 		{"interval without unit", "agent: {interval: \"30\"}", "interval"},
 		{"sub-second interval", "agent: {interval: 500ms}", "interval"},
+		{"zero interval", "agent: {interval: 0m0s}", "interval"},
 		{"latest tag", "operator: {image: {tag: latest}}", "tag"},
 		{"bad pull policy", "agent: {image: {pullPolicy: Sometimes}}", "pullPolicy"},
 		{"bad watch namespace", "operator: {watchNamespaces: [Team_A]}", "watchNamespaces"},
