@@ -12,6 +12,7 @@ package cachesync
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -54,6 +57,58 @@ type entry struct {
 // NewClient wraps c, usually a manager's cache-backed client.
 func NewClient(c client.Client) *Client {
 	return &Client{Client: c, written: map[schema.GroupVersionKind]map[types.NamespacedName]entry{}, now: time.Now}
+}
+
+// Track follows the informers of the kinds this client writes, so a
+// remembered write is forgotten as soon as the cache holds it, a newer
+// version, or its deletion. Without it a remembered creation that someone
+// deleted would read as present until TTL. Call it before the cache
+// starts (from SetupWithManager).
+func (c *Client) Track(ctx context.Context, informers cache.Informers, objs ...client.Object) error {
+	for _, obj := range objs {
+		gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+		if err != nil {
+			return err
+		}
+		inf, err := informers.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("watching %s for cachesync: %w", gvk.Kind, err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { c.observed(gvk, o, false) },
+			UpdateFunc: func(_, o any) { c.observed(gvk, o, false) },
+			DeleteFunc: func(o any) { c.observed(gvk, o, true) },
+		}); err != nil {
+			return fmt.Errorf("watching %s for cachesync: %w", gvk.Kind, err)
+		}
+	}
+	return nil
+}
+
+// observed forgets the write of an object the cache now holds at the
+// remembered version or later, or has seen deleted.
+func (c *Client) observed(gvk schema.GroupVersionKind, o any, deleted bool) {
+	if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o, deleted = tomb.Obj, true
+	}
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	id := client.ObjectKeyFromObject(obj)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.written[gvk][id]
+	if !ok {
+		return
+	}
+	if deleted {
+		delete(c.written[gvk], id)
+		return
+	}
+	if cmp, err := resourceversion.CompareResourceVersion(e.obj.GetResourceVersion(), obj.GetResourceVersion()); err != nil || cmp <= 0 {
+		delete(c.written[gvk], id)
+	}
 }
 
 // Get reads from the cache; a remembered write newer than the cached copy,

@@ -14,9 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	pollpkg "github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -213,5 +215,39 @@ func TestForgetsAfterTTL(t *testing.T) {
 	err := c.Get(ctx, client.ObjectKeyFromObject(cluster), &gpulabv1alpha1.GPUCluster{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("after TTL the cache's NotFound should stand, got %v", err)
+	}
+}
+
+// TestTrackForgetsWhatOthersDeleted: a creation the reads have not caught
+// up with is forgotten once the informer reports its deletion by someone
+// else, not only after TTL.
+func TestTrackForgetsWhatOthersDeleted(t *testing.T) {
+	ctx := t.Context()
+	c, _, ns := newLagging(t)
+	informers, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Track(ctx, informers, &corev1.Pod{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	err = pollpkg.Until(ctx, 30*time.Second, func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("Get: %v", err)
+	})
+	if err != nil {
+		t.Fatalf("a pod deleted by someone else still reads as present: %v", err)
 	}
 }

@@ -73,7 +73,9 @@ type Options struct {
 
 // Reconciler reconciles GPUClusters.
 type Reconciler struct {
-	client    client.Client
+	client client.Client
+	// writes is client's read-your-writes layer, fed by the informers.
+	writes    *cachesync.Client
 	apiReader client.Reader
 	scheme    *runtime.Scheme
 	events    recorder.EventRecorder
@@ -92,9 +94,11 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 	if opts.ReconcileTimeout == 0 {
 		opts.ReconcileTimeout = time.Minute
 	}
+	// Reads see this controller's own writes at once (cachesync).
+	writes := cachesync.NewClient(mgr.GetClient())
 	return &Reconciler{
-		// Reads see this controller's own writes at once (cachesync).
-		client:    cachesync.NewClient(mgr.GetClient()),
+		client:    writes,
+		writes:    writes,
 		apiReader: mgr.GetAPIReader(),
 		scheme:    mgr.GetScheme(),
 		events:    mgr.GetEventRecorder(ControllerName),
@@ -104,18 +108,26 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 }
 
 // SetupWithManager registers the controller: spec, label and annotation
-// changes of GPUClusters (not status writes), every change of the children
-// it owns, and inventory changes of the products a cluster requests.
+// changes of GPUClusters (not status writes), the changes of the children
+// it controls that matter to it (events.go), and inventory changes of the
+// products a cluster requests.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpulabv1alpha1.GPUCluster{}, productIndex, indexProducts); err != nil {
 		return fmt.Errorf("indexing GPUClusters by product: %w", err)
+	}
+	written := []client.Object{&gpulabv1alpha1.GPUCluster{}, &corev1.Pod{}, &corev1.Service{}}
+	if r.opts.VolcanoInstalled {
+		written = append(written, &schedulingv1beta1.PodGroup{})
+	}
+	if err := r.writes.Track(ctx, mgr.GetCache(), written...); err != nil {
+		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&gpulabv1alpha1.GPUCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&corev1.Pod{}).
-		Owns(&corev1.Service{}).
+		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper()), builder.WithPredicates(podChanged)).
+		Owns(&corev1.Service{}, builder.WithPredicates(ignoreCreate)).
 		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory),
 			builder.WithPredicates(summaryChanged)).
 		WithOptions(controller.Options{
@@ -124,7 +136,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			SkipNameValidation:      &r.opts.SkipNameValidation,
 		})
 	if r.opts.VolcanoInstalled {
-		b = b.Owns(&schedulingv1beta1.PodGroup{})
+		b = b.Watches(&schedulingv1beta1.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper()), builder.WithPredicates(podGroupChanged))
 	}
 	return b.Complete(r)
 }

@@ -63,7 +63,9 @@ type Options struct {
 
 // Reconciler reconciles GPUJobs.
 type Reconciler struct {
-	client    client.Client
+	client client.Client
+	// writes is client's read-your-writes layer, fed by the informers.
+	writes    *cachesync.Client
 	apiReader client.Reader
 	scheme    *runtime.Scheme
 	events    recorder.EventRecorder
@@ -77,7 +79,8 @@ func New(mgr ctrl.Manager, m *metrics.Jobs, opts Options) *Reconciler {
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	return &Reconciler{client: cachesync.NewClient(mgr.GetClient()), apiReader: mgr.GetAPIReader(), scheme: mgr.GetScheme(),
+	writes := cachesync.NewClient(mgr.GetClient())
+	return &Reconciler{client: writes, writes: writes, apiReader: mgr.GetAPIReader(), scheme: mgr.GetScheme(),
 		events: mgr.GetEventRecorder(ControllerName), metrics: m, opts: opts, now: time.Now}
 }
 
@@ -85,6 +88,9 @@ func New(mgr ctrl.Manager, m *metrics.Jobs, opts Options) *Reconciler {
 // reference (status changes matter: Ready starts the submitter) and their
 // submitter Jobs.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := r.writes.Track(ctx, mgr.GetCache(), &gpulabv1alpha1.GPUJob{}, &gpulabv1alpha1.GPUCluster{}, &batchv1.Job{}); err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpulabv1alpha1.GPUJob{}, clusterRefIndex, func(o client.Object) []string {
 		j := o.(*gpulabv1alpha1.GPUJob)
 		if j.Spec.ClusterRef == nil {

@@ -1,0 +1,104 @@
+package gpucluster
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+)
+
+// childEventBatch is how long a child's change waits before it wakes its
+// cluster, so that the pods of a gang, bound and started together, cost
+// one reconcile, not one each. It adds at most this much to any phase.
+const childEventBatch = 100 * time.Millisecond
+
+// ownerHandler enqueues a child's controlling GPUCluster: at once for a
+// deletion, after childEventBatch for an update (further updates inside
+// the window join the same reconcile).
+func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper) handler.EventHandler {
+	return batched{inner: handler.EnqueueRequestForOwner(scheme, mapper, &gpulabv1alpha1.GPUCluster{}, handler.OnlyControllerOwner())}
+}
+
+type batched struct{ inner handler.EventHandler }
+
+func (b batched) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Create(ctx, e, q)
+}
+
+func (b batched) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Update(ctx, e, delayed{q})
+}
+
+func (b batched) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Delete(ctx, e, q)
+}
+
+func (b batched) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	b.inner.Generic(ctx, e, q)
+}
+
+// delayed turns Add into AddAfter(childEventBatch); the delaying queue
+// keeps one entry per key, so a burst of changes is one reconcile.
+type delayed struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+func (q delayed) Add(r reconcile.Request) { q.AddAfter(r, childEventBatch) }
+
+// Children's creations are this controller's own writes: the reconcile
+// that made them already counted them (status includes the create
+// responses), and after a restart every cluster's own creation event
+// starts a reconcile anyway.
+var ignoreCreate = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+
+// podChanged passes pod updates that can change what the cluster does or
+// reports: binding, phase, readiness, deletion, and what ties the pod to
+// its spec and group. Other writes (kubelet's status details, IPs) do not
+// wake the cluster.
+var podChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		was, ok1 := e.ObjectOld.(*corev1.Pod)
+		now, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return was.Spec.NodeName != now.Spec.NodeName || was.Status.Phase != now.Status.Phase ||
+			podReady(was) != podReady(now) || was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() ||
+			was.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] != now.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] ||
+			was.Labels[gpulabv1alpha1.GroupLabel] != now.Labels[gpulabv1alpha1.GroupLabel] ||
+			!sameController(was, now)
+	},
+}
+
+// podGroupChanged passes PodGroup updates that change its phase or spec
+// (Volcano's running/succeeded counters alone do not matter here).
+var podGroupChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		was, ok1 := e.ObjectOld.(*schedulingv1beta1.PodGroup)
+		now, ok2 := e.ObjectNew.(*schedulingv1beta1.PodGroup)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return was.Status.Phase != now.Status.Phase || was.Generation != now.Generation ||
+			was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() || !sameController(was, now)
+	},
+}
+
+func sameController(a, b client.Object) bool {
+	ca, cb := metav1.GetControllerOf(a), metav1.GetControllerOf(b)
+	return (ca == nil) == (cb == nil) && (ca == nil || ca.UID == cb.UID)
+}
