@@ -34,6 +34,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"numeric dashboard label value", "dashboards: {labelValue: 1}", "labelValue"},
 		{"bad dashboard label key", "dashboards: {label: \"grafana dashboard\"}", "label"},
 		{"port out of range", "agent: {metrics: {port: 70000}}", "port"},
+		{"a label the chart sets", "commonLabels: {app.kubernetes.io/name: x}", "app.kubernetes.io/name"},
+		{"a pod label the chart sets", "agent: {podLabels: {app.kubernetes.io/instance: x}}", "app.kubernetes.io/instance"},
 		{"monitoring labels not strings", "monitoring: {labels: {release: {name: x}}}", "release"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
