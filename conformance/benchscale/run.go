@@ -144,7 +144,7 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	cmd := exec.CommandContext(ctx, opts.Suite, "run", "--profile=cluster", "--kubeconfig="+tb.Kubeconfig(),
 		"--workload=gpucluster", "--feature=^latency$", "--assess=clusters created at once", "--scale="+strconv.Itoa(n),
 		"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url="+op.MetricsURL(), "--out="+out,
-		"--cluster-name="+opts.TestbedName, "--timeout=60m")
+		"--cluster-name="+opts.TestbedName, "--timeout=60m", "--client-qps=500")
 	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 	runErr := cmd.Run()
 	after := cpuSeconds(procs)

@@ -29,6 +29,7 @@ type RunOptions struct {
 	Kubeconfig        string // cluster: default $KUBECONFIG, ~/.kube/config, then in-cluster
 	Context           string // kubeconfig context; default its current one
 	OperatorNamespace string // where gpulab's operator runs on kind and cluster
+	ClientQPS         int    // the suite's own API client on a cluster (burst twice that)
 
 	// Footprint.
 	MaxGPUs      footprint.Budget
@@ -97,6 +98,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"cluster", "kubeconfig", "cluster profile: kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)", str(&o.Kubeconfig, "")},
 		{"cluster", "context", "cluster profile: kubeconfig context (default its current context)", str(&o.Context, "")},
 		{"cluster", "operator-namespace", "kind, cluster: namespace of gpulab's operator (leader Lease, pods)", str(&o.OperatorNamespace, "gpulab-system")},
+		{"cluster", "client-qps", "cluster: the suite's API requests per second (burst twice that); gangs are created at this rate", (*intValue)(setInt(&o.ClientQPS, 50))},
 		{"footprint", "max-gpus", fmt.Sprintf("GPUs the run may hold at once, or all (default all on local, %d on kind and cluster)", footprint.DefaultClusterBudget), &o.MaxGPUs},
 		{"footprint", "queue", "Volcano queue for every gang (default: one the run creates, capability = --max-gpus)", str(&o.Queue, "")},
 		{"footprint", "node-selector", "only nodes with these labels, key=value,... (GPU nodes always)", (*selectorValue)(&o.NodeSelector)},
@@ -200,6 +202,9 @@ func (o *RunOptions) validate(set map[string]bool) error {
 	case "gpucluster", "raycluster", "vcjob":
 	default:
 		return fmt.Errorf("--workload=%q: want gpucluster, raycluster or vcjob", o.Workload)
+	}
+	if o.ClientQPS < 1 {
+		return fmt.Errorf("--client-qps must be at least 1, got %d", o.ClientQPS)
 	}
 	if o.Scale < 1 {
 		return fmt.Errorf("--scale must be at least 1, got %d", o.Scale)

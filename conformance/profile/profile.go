@@ -5,6 +5,7 @@
 package profile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,9 @@ import (
 type Options struct {
 	// Profile is local (default), kind or cluster.
 	Profile string
+	// ClientQPS limits the suite's own client on a cluster (burst twice
+	// that). Default 50: gangs "created at once" go out at this rate.
+	ClientQPS int
 	// Kubeconfig is the cluster profile's kubeconfig. Default: $KUBECONFIG,
 	// then ~/.kube/config, then the in-cluster config of a pod.
 	Kubeconfig string
@@ -243,6 +247,10 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	if _, err := dc.ServerVersion(); err != nil {
 		return nil, fmt.Errorf("cannot talk to the API server at %s (context %s): %w", cfg.Host, name, err)
 	}
+	// client-go's default (5/s) would spread a burst of gangs over many
+	// seconds and measure the suite's pace, not the operator's.
+	cfg.QPS = float32(cmp.Or(opts.ClientQPS, 50))
+	cfg.Burst = 2 * int(cfg.QPS)
 	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
 	if err != nil {
 		return nil, err

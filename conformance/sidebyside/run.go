@@ -106,7 +106,7 @@ func Run(ctx context.Context, opts Options) (string, error) {
 			cmd := exec.CommandContext(ctx, opts.Suite, "run", "--profile=cluster", "--kubeconfig="+tb.Kubeconfig(),
 				"--workload="+w, "--feature=^latency$", "--assess=clusters created at once", "--scale="+strconv.Itoa(opts.Scale),
 				"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url="+metrics[w], "--out="+out,
-				"--cluster-name="+opts.TestbedName)
+				"--cluster-name="+opts.TestbedName, "--client-qps=500")
 			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 			runErr := cmd.Run()
 			r, err := results.Read(filepath.Join(out, "results.json"))
