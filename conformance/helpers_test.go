@@ -141,6 +141,48 @@ func (s *scenario) gang(ctx context.Context, name string, groups ...workerGroup)
 	s.gangs[name] = obj
 }
 
+// createParallelism is how many creations of a burst are in flight at
+// once: one at a time would measure the suite's round trips, not how the
+// operator takes a burst.
+const createParallelism = 16
+
+// gangsAtOnce creates a gang per name, all alike, concurrently: each is
+// expected (its clock starts) just before its own create.
+func (s *scenario) gangsAtOnce(ctx context.Context, names []string, groups ...workerGroup) {
+	s.t.Helper()
+	desired := 1
+	for _, g := range groups {
+		desired += int(g.n)
+	}
+	objs := make([]client.Object, len(names))
+	for i, name := range names {
+		objs[i] = workload().build(name, groups)
+		objs[i].SetNamespace(s.ns)
+		label(objs[i])
+		s.own(name)
+	}
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, createParallelism)
+	var wg sync.WaitGroup
+	for i := range objs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.recorder.Expect(names[i], desired, time.Now())
+			errs[i] = s.c.Create(ctx, objs[i])
+		}()
+	}
+	wg.Wait()
+	for i, name := range names {
+		if errs[i] != nil {
+			fatalf(s.t, "creating %s %s: %v", workload().recorded().Kind(), name, errs[i])
+		}
+		s.created = append(s.created, objs[i])
+		s.gangs[name] = objs[i]
+	}
+}
+
 // gpuCluster is a GPUCluster of one worker group of n pods × gpus, placed
 // in the footprint but not created (for the checks that create their own).
 func gpuCluster(name string, n, gpus int32) *gpulabv1alpha1.GPUCluster {

@@ -44,9 +44,11 @@ func TestLatency(t *testing.T) {
 			}
 			op := watchOperator(ctx, t)
 			start := time.Now()
-			for i := range n {
-				s.gang(ctx, fmt.Sprintf("lat-%03d", i), workerGroup{"workers", 2, 4})
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("lat-%03d", i)
 			}
+			s.gangsAtOnce(ctx, names, workerGroup{"workers", 2, 4})
 			timeout := opts.ReadyTimeout + time.Duration(n)*200*time.Millisecond
 			err = waitFor(ctx, timeout, func() (bool, string) {
 				ready, bound, partial := 0, 0, 0
