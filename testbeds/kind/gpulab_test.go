@@ -26,7 +26,8 @@ const gpuResource corev1.ResourceName = "nvidia.com/gpu"
 // makes the kubelet advertise the mock node's 8 GPUs, two pods asking for 4
 // each get 4 distinct UUIDs of that node's inventory in
 // NVIDIA_VISIBLE_DEVICES and never share one, and a third pod that asks for
-// one more stays unschedulable.
+// one more stays unschedulable. It also deletes the leader of the
+// operator's two replicas and times the failover.
 func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 	opts := kindTestOptions(t)
 	opts.Name = "gpulab-test-gpu"
@@ -140,6 +141,8 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 		}
 	}
 
+	operatorFailsOver(ctx, t, cs)
+
 	// All 8 are held: one more GPU is not there to give.
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod("gpus-c", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -163,6 +166,52 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 			t.Fatal("gpus-c was neither bound nor marked unschedulable within 1m")
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// operatorFailsOver deletes the leader pod of the operator's 2 replicas and
+// times until the other pod holds the Lease.
+func operatorFailsOver(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	const ns, lease = "gpulab-system", "gpulab-operator.gpulab.io"
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return pod
+	}
+	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, "gpulab-operator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.Status.AvailableReplicas != 2 {
+		t.Fatalf("gpulab-operator has %d available replicas, want 2", dep.Status.AvailableReplicas)
+	}
+	deadline := time.Now().Add(time.Minute)
+	leader := holder()
+	for leader == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no holder of Lease %s/%s within 1m", ns, lease)
+		}
+		time.Sleep(time.Second)
+		leader = holder()
+	}
+	start := time.Now()
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		if next := holder(); next != "" && next != leader {
+			t.Logf("leader %s deleted; %s took the Lease after %s", leader, next, time.Since(start).Round(100*time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new leader within 2m of deleting %s", leader)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
