@@ -18,9 +18,9 @@ import (
 
 // TestProgressWritesAreCoalesced: pods of a gang that become Ready one by
 // one change only the ready count until the last, so the operator writes
-// status for them at most once per StatusCoalesce, while the phase
-// changes (Scheduling, Provisioning, Ready) are written at once. A lone
-// progress change is still written, once the window has passed.
+// status for them at most once per StatusCoalesce, while Ready is written
+// at once with the scheduled time first seen. A lone progress change is
+// still written, once the window has passed.
 func TestProgressWritesAreCoalesced(t *testing.T) {
 	c := needEnv(t)
 	ctx := t.Context()
@@ -71,6 +71,12 @@ func TestProgressWritesAreCoalesced(t *testing.T) {
 		return got.Status.Phase == gpulabv1alpha1.ClusterReady && got.Status.ReadyPods == 5,
 			fmt.Sprintf("phase %q, readyPods %d", got.Status.Phase, got.Status.ReadyPods)
 	})
+	got := testutil.GetCluster(t, c, ns, "steps")
+	if got.Status.ScheduledTime == nil || got.Status.ReadyTime == nil || got.Status.ScheduledTime.After(got.Status.ReadyTime.Time) ||
+		got.Status.ScheduledTime.After(provisioned) {
+		t.Errorf("scheduledTime %v, readyTime %v: both set, scheduled no later than Provisioning was seen (%v)",
+			got.Status.ScheduledTime, got.Status.ReadyTime, provisioned)
+	}
 	if n := m.Traffic.Count("PUT gpuclusters/status") - writesBefore; n > 3 {
 		t.Errorf("%d status writes for 5 pods turning Ready, want at most 3 (one progress write per window, and Ready)", n)
 	}

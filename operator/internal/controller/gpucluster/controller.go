@@ -82,8 +82,9 @@ type Reconciler struct {
 	metrics   *metrics.Clusters
 	opts      Options
 	// lastStatusWrite holds when each cluster's status was last written,
-	// for coalescing progress-only writes (status.go).
-	lastStatusWrite sync.Map
+	// and pendingScheduled the scheduled time a deferred write saw, for
+	// coalescing progress writes (status.go).
+	lastStatusWrite, pendingScheduled sync.Map
 }
 
 // New builds a Reconciler from a manager.
@@ -225,6 +226,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 		if apierrors.IsNotFound(err) {
 			r.metrics.Forget(req.NamespacedName)
 			r.lastStatusWrite.Delete(req.NamespacedName)
+			r.pendingScheduled.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err

@@ -23,16 +23,18 @@ import (
 // from the API server and recomputes on top of what is there (keeping the
 // first-seen timestamps), never overwriting blindly.
 func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
+	key := client.ObjectKeyFromObject(s.cluster)
 	old := s.cluster.Status.DeepCopy()
-	next := computeStatus(s, old, metav1.Now())
+	next := computeStatus(s, r.seeded(key, old), metav1.Now())
 	if equality.Semantic.DeepEqual(*old, next) {
-		r.metrics.SetPhase(client.ObjectKeyFromObject(s.cluster), string(next.Phase))
+		r.metrics.SetPhase(key, string(next.Phase))
 		return nil
 	}
-	key := client.ObjectKeyFromObject(s.cluster)
 	if !urgent(old, &next) {
 		if last, ok := r.lastStatusWrite.Load(key); ok {
 			if wait := time.Until(last.(time.Time).Add(StatusCoalesce)); wait > 0 {
+				// The first-seen times are kept for the write that comes.
+				r.pendingScheduled.Store(key, next.ScheduledTime)
 				s.statusDeferred = wait
 				return nil
 			}
@@ -43,7 +45,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	err := r.client.Status().Update(ctx, updated)
 	if apierrors.IsConflict(err) {
 		fresh := &gpulabv1alpha1.GPUCluster{}
-		if getErr := r.apiReader.Get(ctx, client.ObjectKeyFromObject(s.cluster), fresh); getErr != nil {
+		if getErr := r.apiReader.Get(ctx, key, fresh); getErr != nil {
 			return errors.Join(err, getErr)
 		}
 		if fresh.Generation != s.cluster.Generation {
@@ -51,7 +53,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 			return fmt.Errorf("status write raced a spec change: %w", err)
 		}
 		old = fresh.Status.DeepCopy()
-		next = computeStatus(s, old, metav1.Now())
+		next = computeStatus(s, r.seeded(key, old), metav1.Now())
 		fresh.Status = next
 		updated = fresh
 		err = r.client.Status().Update(ctx, updated)
@@ -60,27 +62,44 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	r.lastStatusWrite.Store(key, time.Now())
+	r.pendingScheduled.Delete(key)
 	r.recordTransitions(s.cluster, old, &next)
 	return nil
 }
 
-// StatusCoalesce is how long after a status write a progress-only change
-// (pod counts, the PodGroup's phase, messages) waits, so that the pods of
-// a gang binding and starting one by one cost one write, not one each.
-// Phase changes, first-seen times and condition verdicts are written at
-// once: they are what users and the latency measurements watch.
+// seeded is old with the scheduled time a deferred write observed, so the
+// write that finally goes out says when the gang was first seen bound, not
+// when the write happened.
+func (r *Reconciler) seeded(key client.ObjectKey, old *gpulabv1alpha1.GPUClusterStatus) *gpulabv1alpha1.GPUClusterStatus {
+	pending, ok := r.pendingScheduled.Load(key)
+	if !ok || old.ScheduledTime != nil || pending.(*metav1.Time) == nil {
+		return old
+	}
+	seed := old.DeepCopy()
+	seed.ScheduledTime = pending.(*metav1.Time).DeepCopy()
+	return seed
+}
+
+// StatusCoalesce is how long after a status write a progress change
+// waits, so that a gang's pods binding and starting one by one cost one
+// write, not one each: pod counts, the PodGroup's phase, messages, and
+// the step from Scheduling to Provisioning (all bound, not yet Ready),
+// whose first-seen time is kept meanwhile. Every other phase change,
+// Ready among them, and condition verdicts other than GangScheduled are
+// written at once: they are what users, alerts and the latency
+// measurements wait for.
 const StatusCoalesce = time.Second
 
 // urgent says whether next differs from old in more than progress.
 func urgent(old, next *gpulabv1alpha1.GPUClusterStatus) bool {
-	if old.Phase != next.Phase || old.ObservedGeneration != next.ObservedGeneration ||
-		(old.ScheduledTime == nil) != (next.ScheduledTime == nil) || (old.ReadyTime == nil) != (next.ReadyTime == nil) ||
+	if (old.Phase != next.Phase && next.Phase != gpulabv1alpha1.ClusterProvisioning) || old.ObservedGeneration != next.ObservedGeneration ||
+		(old.ReadyTime == nil) != (next.ReadyTime == nil) || (old.ScheduledTime != nil && next.ScheduledTime == nil) ||
 		old.DesiredPods != next.DesiredPods || old.GPUs != next.GPUs || len(old.Conditions) != len(next.Conditions) {
 		return true
 	}
 	for _, c := range next.Conditions {
 		was := meta.FindStatusCondition(old.Conditions, c.Type)
-		if was == nil || was.Status != c.Status || was.Reason != c.Reason {
+		if was == nil || ((was.Status != c.Status || was.Reason != c.Reason) && c.Type != gpulabv1alpha1.ConditionGangScheduled) {
 			return true
 		}
 	}
