@@ -86,7 +86,7 @@ func Run(ctx context.Context, opts Options) ([]Point, error) {
 	for _, n := range opts.Scales {
 		p, err := runScale(ctx, opts, n)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("N=%d: %w", n, err))
+			errs = append(errs, fmt.Errorf("at %d gangs: %w", n, err))
 		}
 		if p != nil {
 			points = append(points, *p)

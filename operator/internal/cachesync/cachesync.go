@@ -180,7 +180,7 @@ func (c *Client) List(ctx context.Context, list client.ObjectList, opts ...clien
 	return nil
 }
 
-// Create, Update and Patch remember what the API server returned.
+// Create creates obj and remembers what the API server returned.
 func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	err := c.Client.Create(ctx, obj, opts...)
 	if err == nil {
@@ -189,6 +189,7 @@ func (c *Client) Create(ctx context.Context, obj client.Object, opts ...client.C
 	return err
 }
 
+// Update updates obj and remembers what the API server returned.
 func (c *Client) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
 	err := c.Client.Update(ctx, obj, opts...)
 	if err == nil {
@@ -197,6 +198,7 @@ func (c *Client) Update(ctx context.Context, obj client.Object, opts ...client.U
 	return err
 }
 
+// Patch patches obj and remembers what the API server returned.
 func (c *Client) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	err := c.Client.Patch(ctx, obj, patch, opts...)
 	if err == nil {
