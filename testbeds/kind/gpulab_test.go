@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
@@ -61,6 +63,7 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctrllog.SetLogger(logr.Discard()) // the client's own logging is not what this test reads
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, gpulabv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {

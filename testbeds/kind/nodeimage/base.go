@@ -38,8 +38,10 @@ func BaseRef(mirror string) string {
 	return "gpulab-kind-base:" + Suite + "-" + hex.EncodeToString(h[:])[:12]
 }
 
-// EnsureBase builds the base image with debootstrap (as root; about three
-// minutes cold) unless it exists, and returns its reference.
+// EnsureBase builds the base image unless it exists, and returns its
+// reference: from the cached root file system tarball when there is one
+// (seconds), else with debootstrap (as root; one to three minutes, ten on
+// a loaded machine).
 func EnsureBase(ctx context.Context, opts Options) (string, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -49,16 +51,11 @@ func EnsureBase(ctx context.Context, opts Options) (string, error) {
 	if images.Exists(ctx, ref) {
 		return ref, nil
 	}
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		return "", fmt.Errorf("building the kind base image needs debootstrap (Debian: apt-get install -y debootstrap): %w", err)
-	}
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("debootstrap needs root to build the kind base image %s", ref)
-	}
 	start := time.Now()
-	// The root file system's tarball is kept until the image is imported,
-	// so a failed import does not cost another debootstrap.
-	tarball := filepath.Join(opts.WorkDir, "base-"+strings.TrimPrefix(ref, "gpulab-kind-base:")+".tar")
+	// The root file system's tarball stays in the cache: a Docker whose
+	// images are gone (a fresh CI machine with a restored .cache) imports
+	// it again in seconds instead of running debootstrap.
+	tarball := filepath.Join(opts.CacheDir, "kind", "base", strings.TrimPrefix(ref, "gpulab-kind-base:")+".tar")
 	if _, err := os.Stat(tarball); err != nil {
 		if err := debootstrap(ctx, opts, ref, tarball); err != nil {
 			return "", err
@@ -68,15 +65,18 @@ func EnsureBase(ctx context.Context, opts Options) (string, error) {
 		"--change", "ENV container=docker", "--change", `ENTRYPOINT ["/sbin/init"]`, tarball, ref}}); err != nil {
 		return "", fmt.Errorf("importing the base image: %w", err)
 	}
-	if err := os.Remove(tarball); err != nil {
-		return "", err
-	}
 	fmt.Fprintf(opts.Log, "built %s in %s\n", ref, time.Since(start).Round(time.Second))
 	return ref, nil
 }
 
 // debootstrap makes the root file system and packs it into tarball.
 func debootstrap(ctx context.Context, opts Options, ref, tarball string) error {
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		return fmt.Errorf("building the kind base image needs debootstrap (Debian: apt-get install -y debootstrap): %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("debootstrap needs root to build the kind base image %s", ref)
+	}
 	work := filepath.Join(opts.WorkDir, "base")
 	if err := os.RemoveAll(work); err != nil {
 		return err
@@ -105,6 +105,9 @@ func debootstrap(ctx context.Context, opts Options, ref, tarball string) error {
 		}
 	}
 	if err := trimRootfs(rootfs); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(tarball), 0o755); err != nil {
 		return err
 	}
 	partial := tarball + ".partial"
