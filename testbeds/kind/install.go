@@ -157,7 +157,7 @@ func volcanoManifest(path string) ([]byte, error) {
 		if image, ok := images[obj.GetName()]; ok && obj.GetKind() == "Deployment" {
 			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
 			if len(containers) != 1 {
-				return nil, fmt.Errorf("Volcano's %s has %d containers, want 1", obj.GetName(), len(containers))
+				return nil, fmt.Errorf("the Volcano Deployment %s has %d containers, want 1", obj.GetName(), len(containers))
 			}
 			container := containers[0].(map[string]any)
 			container["image"], container["imagePullPolicy"] = image, "Never"
@@ -174,7 +174,7 @@ func volcanoManifest(path string) ([]byte, error) {
 		out.Write(doc)
 	}
 	if len(images) > 0 {
-		return nil, fmt.Errorf("Volcano's manifest lacks the Deployments %v", images)
+		return nil, fmt.Errorf("the Volcano manifest lacks the Deployments %v", images)
 	}
 	return out.Bytes(), nil
 }

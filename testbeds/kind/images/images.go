@@ -81,7 +81,7 @@ func (r Recipe) Dockerfile() string {
 func (r Recipe) Validate() error {
 	var errs []error
 	if r.Ref == "" || r.Base == "" {
-		errs = append(errs, errors.New("Ref and Base are required"))
+		errs = append(errs, errors.New("the reference and the base are required"))
 	}
 	for dst, src := range r.Files {
 		if !path.IsAbs(dst) || path.Clean(dst) != dst {
@@ -103,13 +103,13 @@ func (r Recipe) Validate() error {
 // ID and every file's path, mode and content.
 func (r Recipe) Hash(ctx context.Context) (string, error) {
 	h := sha256.New()
-	io.WriteString(h, r.Dockerfile())
+	_, _ = io.WriteString(h, r.Dockerfile()) // a hash never fails to write
 	if r.Base != "scratch" {
 		id, err := ImageID(ctx, r.Base)
 		if err != nil {
 			return "", err
 		}
-		io.WriteString(h, id)
+		_, _ = io.WriteString(h, id)
 	}
 	for _, dst := range slices.Sorted(maps.Keys(r.Files)) {
 		if err := hashFile(h, dst, r.Files[dst]); err != nil {

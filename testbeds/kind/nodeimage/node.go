@@ -125,7 +125,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	io.WriteString(h, stageHash)
+	_, _ = io.WriteString(h, stageHash) // a hash never fails to write
 	res := &Result{Ref: Repository + ":" + binaries.KubernetesVersion + "-" + hex.EncodeToString(h.Sum(nil))[:12], Base: base, Programs: *progs}
 	if images.Exists(ctx, res.Ref) {
 		return res, nil

@@ -23,8 +23,9 @@ func main() {
 	interval := flag.Duration("interval", 10*time.Second, "time between syncs")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *node, *dir, *interval); err != nil {
+	err := run(ctx, *node, *dir, *interval)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpulab-kindnet:", err)
 		os.Exit(1)
 	}
