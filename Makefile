@@ -224,6 +224,27 @@ run-operator: ## Run the operator locally against the testbed (loopback metrics 
 	$(BIN)/gpulab-operator --kubeconfig=$(GPULAB_CACHE)/kwok/clusters/$(TESTBED_NAME)/kubeconfig.yaml \
 		--metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081
 
+##@ Kind testbed (Docker, no registry)
+
+KIND_WORKERS ?= 4
+
+.PHONY: kind-image
+kind-image: $(TESTBED) ## Build the kind node image and its component images locally (cached; root for dockerd and debootstrap).
+	$(TESTBED) kind-image
+
+.PHONY: kind-up
+kind-up: $(TESTBED) ## Create a kind cluster (KIND_WORKERS=4) with Volcano and gpulab, from the local node image.
+	$(TESTBED) kind-up --workers $(KIND_WORKERS)
+
+.PHONY: kind-down
+kind-down: $(TESTBED) ## Delete the kind cluster.
+	$(TESTBED) kind-down
+
+.PHONY: test-kind
+test-kind: $(TESTBED) ## Run the kind testbed's cluster tests (Docker; GPULAB_KIND_WORKERS=1 by default).
+	$(TESTBED) docker-up
+	GPULAB_KIND_TEST=1 $(GO) test ./testbeds/kind/ -count=1 -timeout 60m -v
+
 .PHONY: $(TESTBED)
 $(TESTBED):
 	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./testbeds/local/cmd/gpulab-testbed
