@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpulab/gpulab/conformance/footprint"
+	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -180,6 +181,14 @@ func (o *RunOptions) validate(set map[string]bool) error {
 			o.MaxGPUs = footprint.Budget{All: true}
 		} else {
 			o.MaxGPUs = footprint.Budget{GPUs: footprint.DefaultClusterBudget}
+		}
+	}
+	if o.Profile == "kind" {
+		// Nothing is pulled on kind: the testbed loads this image.
+		for name, p := range map[string]*string{"image": &o.Image, "submitter-image": &o.SubmitImage} {
+			if !set[name] {
+				*p = kind.WorkloadImage
+			}
 		}
 	}
 	if o.Profile == "local" {

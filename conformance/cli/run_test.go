@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulab/gpulab/conformance/footprint"
+	"github.com/gpulab/gpulab/testbeds/kind"
 )
 
 func TestParseRunDefaults(t *testing.T) {
@@ -28,8 +29,17 @@ func TestParseRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxGPUs.All || c.MaxGPUs.GPUs != footprint.DefaultClusterBudget {
-		t.Errorf("cluster budget %+v, want %d", c.MaxGPUs, footprint.DefaultClusterBudget)
+	if c.MaxGPUs.All || c.MaxGPUs.GPUs != footprint.DefaultClusterBudget || c.ClientQPS != 50 {
+		t.Errorf("cluster budget %+v (want %d), client QPS %d (want 50)", c.MaxGPUs, footprint.DefaultClusterBudget, c.ClientQPS)
+	}
+	// kind pulls nothing: its pods run the image the testbed loads,
+	// unless one is given.
+	k, err := ParseRun([]string{"--profile=kind", "--image=mine:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Image != "mine:1" || k.SubmitImage != kind.WorkloadImage {
+		t.Errorf("kind images %q and %q, want mine:1 and %q", k.Image, k.SubmitImage, kind.WorkloadImage)
 	}
 }
 

@@ -26,6 +26,9 @@ import (
 const (
 	OperatorImage = "gpulab-operator:dev"
 	AgentImage    = "gpulab-agent:dev"
+	// WorkloadImage runs `sleep infinity` (or the command given): the
+	// suite's default --image and --submitter-image on kind.
+	WorkloadImage = "gpulab-workload:dev"
 )
 
 // Volcano's images, built from the binaries the local testbed builds.
@@ -40,6 +43,9 @@ var (
 // controllers (static).
 func gpulabRecipes(operator, agent string, set *binaries.Set, base string) []images.Recipe {
 	return []images.Recipe{
+		// The suite's workload pods and GPUJob submitters: the Debian base
+		// has sleep and sh, so a pod runs a process, not only a sandbox.
+		{Ref: WorkloadImage, Base: base, Entrypoint: []string{"sleep", "infinity"}},
 		{Ref: OperatorImage, Base: "scratch", Files: map[string]string{"/gpulab-operator": operator},
 			Entrypoint: []string{"/gpulab-operator"}, User: "65532:65532"},
 		{Ref: AgentImage, Base: base, Files: map[string]string{"/usr/local/bin/gpulab-agent": agent},
