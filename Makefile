@@ -123,12 +123,16 @@ CONFORMANCE_ARGS  ?=
 # which the testbed then runs) or vcjob (Volcano Jobs).
 WORKLOAD          ?= gpucluster
 
+# PROFILE=kind runs it on a fresh kind cluster instead (Docker, root; the
+# node image is built first if missing: `make kind-image`).
+PROFILE           ?= local
+
 .PHONY: conformance
-conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob) and print the report.
+conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob) and print the report.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=local --workload=$(WORKLOAD) --scale=$(CONFORMANCE_SCALE) \
-		--out=$(CONFORMANCE_OUT) --operator-binary=$(BIN)/gpulab-operator $(CONFORMANCE_ARGS)
+	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scale=$(CONFORMANCE_SCALE) \
+		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS)
 
 NIGHTLY_RUNS     ?= 3
 NIGHTLY_OUT      ?= $(CURDIR)/_artifacts/nightly
