@@ -20,44 +20,12 @@ const (
 // kubernetesNodeCommands are the k8s.io/kubernetes programs of a kind node.
 var kubernetesNodeCommands = []string{"kubelet", "kubeadm", "kube-proxy"}
 
-// kubernetesNode builds the node programs in their own throwaway module
-// (same go.mod as the control plane's, so the two builds share the build
-// cache but never each other's files).
+// kubernetesNode builds the node programs in their own throwaway module.
 var kubernetesNode = component{
 	name:     "kubernetes-node",
 	version:  KubernetesVersion,
 	binaries: kubernetesNodeCommands,
-	build: func(ctx context.Context, b *builder, out string) error {
-		src, err := b.srcDir("kubernetes-node", KubernetesVersion)
-		if err != nil {
-			return err
-		}
-		goMod, err := kubernetesGoMod(ctx, b)
-		if err != nil {
-			return err
-		}
-		var tools strings.Builder
-		tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
-		for _, c := range kubernetesNodeCommands {
-			fmt.Fprintf(&tools, "\t_ %q\n", "k8s.io/kubernetes/cmd/"+c)
-		}
-		tools.WriteString(")\n")
-		if err := writeFiles(src, map[string]string{"go.mod": goMod, "tools.go": tools.String()}); err != nil {
-			return err
-		}
-		if err := b.goCmd(ctx, src, "kubernetes-node", nil, "mod", "tidy"); err != nil {
-			return err
-		}
-		ldflags := append([]string{"-s", "-w"}, kubernetesVersionLDFlags()...)
-		for _, c := range kubernetesNodeCommands {
-			fmt.Fprintf(b.opts.Log, "  building %s\n", c)
-			if err := b.goCmd(ctx, src, "kubernetes-node", nil, "build", "-trimpath", "-ldflags="+strings.Join(ldflags, " "),
-				"-o", filepath.Join(out, c), "k8s.io/kubernetes/cmd/"+c); err != nil {
-				return err
-			}
-		}
-		return nil
-	},
+	build:    buildKubernetes("kubernetes-node", kubernetesNodeCommands),
 }
 
 // containerd 2.x (kubelet 1.37 needs the CRI RuntimeConfig call). The

@@ -22,8 +22,15 @@ var kubernetes = component{
 	name:     "kubernetes",
 	version:  KubernetesVersion,
 	binaries: kubernetesCommands, // kube-apiserver alone takes ~6-9 minutes cold
-	build: func(ctx context.Context, b *builder, out string) error {
-		src, err := b.srcDir("kubernetes", KubernetesVersion)
+	build:    buildKubernetes("kubernetes", kubernetesCommands),
+}
+
+// buildKubernetes builds commands of k8s.io/kubernetes/cmd in a throwaway
+// module named name; every such module has the same go.mod, so the builds
+// share the build cache but never each other's files.
+func buildKubernetes(name string, commands []string) func(context.Context, *builder, string) error {
+	return func(ctx context.Context, b *builder, out string) error {
+		src, err := b.srcDir(name, KubernetesVersion)
 		if err != nil {
 			return err
 		}
@@ -33,26 +40,26 @@ var kubernetes = component{
 		}
 		var tools strings.Builder
 		tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
-		for _, c := range kubernetesCommands {
+		for _, c := range commands {
 			fmt.Fprintf(&tools, "\t_ %q\n", "k8s.io/kubernetes/cmd/"+c)
 		}
 		tools.WriteString(")\n")
 		if err := writeFiles(src, map[string]string{"go.mod": goMod, "tools.go": tools.String()}); err != nil {
 			return err
 		}
-		if err := b.goCmd(ctx, src, "kubernetes", nil, "mod", "tidy"); err != nil {
+		if err := b.goCmd(ctx, src, name, nil, "mod", "tidy"); err != nil {
 			return err
 		}
 		ldflags := append([]string{"-s", "-w"}, kubernetesVersionLDFlags()...)
-		for _, c := range kubernetesCommands {
+		for _, c := range commands {
 			fmt.Fprintf(b.opts.Log, "  building %s\n", c)
-			if err := b.goCmd(ctx, src, "kubernetes", nil, "build", "-trimpath", "-ldflags="+strings.Join(ldflags, " "),
+			if err := b.goCmd(ctx, src, name, nil, "build", "-trimpath", "-ldflags="+strings.Join(ldflags, " "),
 				"-o", filepath.Join(out, c), "k8s.io/kubernetes/cmd/"+c); err != nil {
 				return err
 			}
 		}
 		return nil
-	},
+	}
 }
 
 // kubernetesGoMod renders the throwaway go.mod: require k8s.io/kubernetes and
