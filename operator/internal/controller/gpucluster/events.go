@@ -25,8 +25,10 @@ import (
 const childEventBatch = 100 * time.Millisecond
 
 // ownerHandler enqueues a child's controlling GPUCluster: at once for a
-// deletion, after childEventBatch for an update (further updates inside
-// the window join the same reconcile).
+// deletion, after childEventBatch for a creation or an update (further
+// events inside the window join the same reconcile). Creations are mostly
+// this controller's own, but the reconcile after them is what confirms
+// the gang's children all exist (and heals one that does not).
 func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper) handler.EventHandler {
 	return batched{inner: handler.EnqueueRequestForOwner(scheme, mapper, &gpulabv1alpha1.GPUCluster{}, handler.OnlyControllerOwner())}
 }
@@ -34,7 +36,7 @@ func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper) handler.EventH
 type batched struct{ inner handler.EventHandler }
 
 func (b batched) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	b.inner.Create(ctx, e, q)
+	b.inner.Create(ctx, e, delayed{q})
 }
 
 func (b batched) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -57,18 +59,11 @@ type delayed struct {
 
 func (q delayed) Add(r reconcile.Request) { q.AddAfter(r, childEventBatch) }
 
-// Children's creations are this controller's own writes: the reconcile
-// that made them already counted them (status includes the create
-// responses), and after a restart every cluster's own creation event
-// starts a reconcile anyway.
-var ignoreCreate = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
-
-// podChanged passes pod updates that can change what the cluster does or
-// reports: binding, phase, readiness, deletion, and what ties the pod to
-// its spec and group. Other writes (kubelet's status details, IPs) do not
-// wake the cluster.
+// podChanged passes creations, deletions and the pod updates that can
+// change what the cluster does or reports: binding, phase, readiness,
+// deletion, and what ties the pod to its spec and group. Other writes
+// (kubelet's status details, IPs) do not wake the cluster.
 var podChanged = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		was, ok1 := e.ObjectOld.(*corev1.Pod)
 		now, ok2 := e.ObjectNew.(*corev1.Pod)
@@ -86,7 +81,6 @@ var podChanged = predicate.Funcs{
 // podGroupChanged passes PodGroup updates that change its phase or spec
 // (Volcano's running/succeeded counters alone do not matter here).
 var podGroupChanged = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		was, ok1 := e.ObjectOld.(*schedulingv1beta1.PodGroup)
 		now, ok2 := e.ObjectNew.(*schedulingv1beta1.PodGroup)
