@@ -65,9 +65,10 @@ func TestController(t *testing.T) {
 			kill, restore := leaderKiller(ctx, t)
 			// Workers without GPUs, many of them: creating the gang takes
 			// several rounds of parallel creates, so a kill on the first
-			// pod lands while the rest are still to be made.
-			const workers = 48
-			desired := workers + 1
+			// pod lands while the rest are still to be made. At most half
+			// the pool's CPU, so the gang fits on small nodes (kind's).
+			workers := crashWorkers(ctx, t)
+			desired := int(workers) + 1
 			s.gang(ctx, "crash", workerGroup{"workers", workers, 0})
 			// React to the first pod's watch event itself, not a poll.
 			if err := s.recorder.WaitFor(ctx, 30*time.Second, "crash", func(tl measure.Timeline) bool { return tl.Pods > 0 }); err != nil {
@@ -135,4 +136,20 @@ func leaderKiller(ctx context.Context, t *testing.T) (kill func() error, restore
 		skipf(t, "no operator pod to kill: %v", err)
 	}
 	return func() error { return cluster.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)) }, func() {}
+}
+
+// crashWorkers is the failover gang's worker count: 48, or fewer where
+// half the pool's allocatable CPU does not hold 49 pods of 100m.
+func crashWorkers(ctx context.Context, t *testing.T) int32 {
+	var nodes corev1.NodeList
+	if err := cluster.Client.List(ctx, &nodes); err != nil {
+		fatalf(t, "listing nodes: %v", err)
+	}
+	var milli int64
+	for _, n := range nodes.Items {
+		if fp.inPool[n.Name] {
+			milli += n.Status.Allocatable.Cpu().MilliValue()
+		}
+	}
+	return int32(max(2, min(48, milli/2/100-1)))
 }
