@@ -51,24 +51,7 @@ func TestAgentPodSecurity(t *testing.T) {
 	})
 
 	t.Run("volume-mounts component", func(t *testing.T) {
-		dir := t.TempDir()
-		rel := func(p string) string {
-			abs, err := filepath.Abs(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := filepath.Rel(dir, abs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
-		overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: gpulab-agent\n" +
-			"resources: [" + rel(".") + "]\ncomponents: [" + rel("volume-mounts") + "]\n"
-		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		objs := render(t, bins.Kubectl, dir)
+		objs := renderWithComponent(t, bins.Kubectl, "volume-mounts")
 		ns := find(t, objs, "Namespace")
 		if ns.GetName() != "gpulab-agent" || ns.GetLabels()[enforce] != "privileged" {
 			t.Errorf("namespace %s enforces %q, want gpulab-agent, privileged", ns.GetName(), ns.GetLabels()[enforce])
@@ -168,4 +151,28 @@ func admitAgentPod(t *testing.T, c client.Client, objs []*unstructured.Unstructu
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// renderWithComponent renders this directory with one of its kustomize
+// components, in an overlay placed in the gpulab-agent namespace.
+func renderWithComponent(t *testing.T, kubectl, component string) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	rel := func(p string) string {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := filepath.Rel(dir, abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: gpulab-agent\n" +
+		"resources: [" + rel(".") + "]\ncomponents: [" + rel(component) + "]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return render(t, kubectl, dir)
 }

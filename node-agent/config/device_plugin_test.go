@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,24 +28,7 @@ func TestDevicePluginComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	rel := func(p string) string {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := filepath.Rel(dir, abs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: gpulab-agent\n" +
-		"resources: [" + rel(".") + "]\ncomponents: [" + rel("device-plugin") + "]\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs := render(t, bins.Kubectl, dir)
+	objs := renderWithComponent(t, bins.Kubectl, "device-plugin")
 	if ns := find(t, objs, "Namespace"); ns.GetName() != "gpulab-agent" || ns.GetLabels()[enforce] != "privileged" {
 		t.Errorf("namespace %s enforces %q, want gpulab-agent, privileged", ns.GetName(), ns.GetLabels()[enforce])
 	}
