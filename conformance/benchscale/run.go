@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -119,12 +117,8 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 		return nil, errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
 	}
 	defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
-	pprofAddr, err := freeLoopback()
-	if err != nil {
-		return nil, err
-	}
 	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
-		Kubeconfig: tb.Kubeconfig(), LogDir: out, Args: []string{"--pprof-bind-address=" + pprofAddr}})
+		Kubeconfig: tb.Kubeconfig(), LogDir: out, Pprof: true})
 	if err != nil {
 		return nil, err
 	}
@@ -139,18 +133,16 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	// readiness take well under this at every scale measured.
 	cpuProfile := make(chan error, 1)
 	go func() {
-		cpuProfile <- fetch(ctx, "http://"+pprofAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(profileSeconds(n)), filepath.Join(out, "cpu.pprof"))
+		cpuProfile <- fetch(ctx, op.PprofURL()+"profile?seconds="+strconv.Itoa(profileSeconds(n)), filepath.Join(out, "cpu.pprof"))
 	}()
-	cmd := exec.CommandContext(ctx, opts.Suite, "run", "--profile=cluster", "--kubeconfig="+tb.Kubeconfig(),
-		"--workload=gpucluster", "--feature=^latency$", "--assess=clusters created at once", "--scale="+strconv.Itoa(n),
-		"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url="+op.MetricsURL(), "--out="+out,
-		"--cluster-name="+opts.TestbedName, "--timeout=60m", "--client-qps=500")
+	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: "gpucluster", Scale: n,
+		OperatorMetricsURL: op.MetricsURL(), Out: out, ClusterName: opts.TestbedName, Extra: []string{"--timeout=60m"}}.Command(ctx)
 	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 	runErr := cmd.Run()
 	after := cpuSeconds(procs)
 	var profErrs []error
 	for _, p := range []string{"heap", "block", "mutex"} {
-		profErrs = append(profErrs, fetch(ctx, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(out, p+".pprof")))
+		profErrs = append(profErrs, fetch(ctx, op.PprofURL()+p, filepath.Join(out, p+".pprof")))
 	}
 	profErrs = append(profErrs, <-cpuProfile)
 
@@ -190,15 +182,6 @@ func processes(ctx context.Context, tb *local.Testbed, op *profile.OperatorProce
 		}
 	}
 	return procs, nil
-}
-
-func freeLoopback() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // fetch saves url's body to path.

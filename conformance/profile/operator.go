@@ -42,13 +42,15 @@ type OperatorProcess struct {
 	logPath     string
 	metricsPort int
 	probePort   int
-	env, args   []string
-	cmd         *exec.Cmd
-	exited      chan struct{}
+	// pprofPort serves /debug/pprof/ when OperatorOptions.Pprof asked.
+	pprofPort int
+	env, args []string
+	cmd       *exec.Cmd
+	exited    chan struct{}
 }
 
 func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProcess, error) {
-	ports := make([]int, 2)
+	ports := make([]int, 3)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -58,7 +60,7 @@ func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProce
 		l.Close()
 	}
 	return &OperatorProcess{Name: name, binary: binary, kubeconfig: kubeconfig, logPath: filepath.Join(logDir, name+".log"),
-		metricsPort: ports[0], probePort: ports[1]}, nil
+		metricsPort: ports[0], probePort: ports[1], pprofPort: ports[2]}, nil
 }
 
 // OperatorOptions describes one replica started by StartOperator.
@@ -69,6 +71,8 @@ type OperatorOptions struct {
 	Env []string
 	// Args are added after the flags the local profile always sets.
 	Args []string
+	// Pprof serves net/http/pprof on loopback (PprofURL).
+	Pprof bool
 }
 
 // StartOperator runs one replica and waits until it is ready. Tests and
@@ -79,6 +83,9 @@ func StartOperator(ctx context.Context, opts OperatorOptions) (*OperatorProcess,
 		return nil, err
 	}
 	op.env, op.args = opts.Env, opts.Args
+	if opts.Pprof {
+		op.args = append(op.args, "--pprof-bind-address=127.0.0.1:"+strconv.Itoa(op.pprofPort))
+	}
 	return op, op.Start(ctx)
 }
 
@@ -169,6 +176,11 @@ func (o *OperatorProcess) MetricsURL() string {
 	return fmt.Sprintf("http://127.0.0.1:%d/metrics", o.metricsPort)
 }
 
+// PprofURL is the replica's /debug/pprof/ (served with OperatorOptions.Pprof).
+func (o *OperatorProcess) PprofURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", o.pprofPort)
+}
+
 // IsLeader reads controller-runtime's leader gauge from the replica.
 func (o *OperatorProcess) IsLeader(ctx context.Context) bool {
 	s, err := measure.ScrapeURL(ctx, o.MetricsURL())
@@ -245,4 +257,24 @@ func (o *OperatorProcess) PID() int {
 		return 0
 	}
 	return o.cmd.Process.Pid
+}
+
+// LatencyRun is one run of the suite's burst assessment against an
+// operator on a testbed the caller made, as the benchmarks run it.
+type LatencyRun struct {
+	Suite, Kubeconfig, Workload, OperatorMetricsURL, Out, ClusterName string
+	Scale                                                             int
+	// Extra are further flags (e.g. --timeout).
+	Extra []string
+}
+
+// Command is the suite's command line for the run: the latency feature's
+// "clusters created at once" only, every GPU of the testbed, the suite's
+// own client at 500 QPS so the burst goes out at once.
+func (r LatencyRun) Command(ctx context.Context) *exec.Cmd {
+	args := []string{"run", "--profile=cluster", "--kubeconfig=" + r.Kubeconfig,
+		"--workload=" + r.Workload, "--feature=^latency$", "--assess=clusters created at once", "--scale=" + strconv.Itoa(r.Scale),
+		"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url=" + r.OperatorMetricsURL, "--out=" + r.Out,
+		"--cluster-name=" + r.ClusterName, "--client-qps=500"}
+	return exec.CommandContext(ctx, r.Suite, append(args, r.Extra...)...)
 }

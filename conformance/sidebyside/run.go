@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -103,10 +102,8 @@ func Run(ctx context.Context, opts Options) (string, error) {
 		for _, w := range order {
 			out := filepath.Join(opts.Out, fmt.Sprintf("round-%d-%s", round, w))
 			fmt.Fprintf(opts.Log, "side by side: round %d, %s, %d gangs\n", round, w, opts.Scale)
-			cmd := exec.CommandContext(ctx, opts.Suite, "run", "--profile=cluster", "--kubeconfig="+tb.Kubeconfig(),
-				"--workload="+w, "--feature=^latency$", "--assess=clusters created at once", "--scale="+strconv.Itoa(opts.Scale),
-				"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url="+metrics[w], "--out="+out,
-				"--cluster-name="+opts.TestbedName, "--client-qps=500")
+			cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: w, Scale: opts.Scale,
+				OperatorMetricsURL: metrics[w], Out: out, ClusterName: opts.TestbedName}.Command(ctx)
 			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 			runErr := cmd.Run()
 			r, err := results.Read(filepath.Join(out, "results.json"))
