@@ -128,10 +128,7 @@ func (s *scenario) cleanup() {
 // and how big.
 func (s *scenario) gang(ctx context.Context, name string, groups ...workerGroup) {
 	s.t.Helper()
-	desired := 1
-	for _, g := range groups {
-		desired += int(g.n)
-	}
+	desired := gangPods(groups)
 	obj := workload().build(name, groups)
 	s.own(name)
 	s.recorder.Expect(name, desired, time.Now())
@@ -139,6 +136,15 @@ func (s *scenario) gang(ctx context.Context, name string, groups ...workerGroup)
 		fatalf(s.t, "creating %s %s: %v", workload().recorded().Kind(), name, err)
 	}
 	s.gangs[name] = obj
+}
+
+// gangPods is a gang's pod count: its head and every worker.
+func gangPods(groups []workerGroup) int {
+	n := 1
+	for _, g := range groups {
+		n += int(g.n)
+	}
+	return n
 }
 
 // createParallelism is how many creations of a burst are in flight at
@@ -150,10 +156,7 @@ const createParallelism = 16
 // expected (its clock starts) just before its own create.
 func (s *scenario) gangsAtOnce(ctx context.Context, names []string, groups ...workerGroup) {
 	s.t.Helper()
-	desired := 1
-	for _, g := range groups {
-		desired += int(g.n)
-	}
+	desired := gangPods(groups)
 	objs := make([]client.Object, len(names))
 	for i, name := range names {
 		objs[i] = workload().build(name, groups)
