@@ -197,6 +197,32 @@ func TestQueriesOnTestbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	injectXID(t, c, "dgx-a100-0", "7:79")
+	// The job finishes, and its cluster is deleted, before the run, so the
+	// run's count of the namespace's clusters is not raced by the job.
+	poll(t, 2*time.Minute, "GPUJob smoke Succeeded and its cluster deleted", func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+			return false, err.Error()
+		}
+		var cl gpulabv1alpha1.GPUClusterList
+		if err := c.List(ctx, &cl, client.InNamespace(ns.Name)); err != nil {
+			return false, err.Error()
+		}
+		return job.Status.Phase == gpulabv1alpha1.JobSucceeded && len(cl.Items) == 2,
+			fmt.Sprintf("job %s, %d clusters", job.Status.Phase, len(cl.Items))
+	})
+	// controller-runtime creates a controller's reconcile-time histogram at
+	// its first reconcile, so a series is born holding every reconcile so
+	// far and rate() sees only later ones. The run's reconciles must come
+	// after a scrape that already holds the series, or the latency panel
+	// can have nothing to show however long it is polled.
+	poll(t, time.Minute, "the operator's reconcile-time series scraped", func() (bool, string) {
+		expr := fmt.Sprintf(`controller_runtime_reconcile_time_seconds_count{controller="gpucluster", instance=%q}`, operatorAddr)
+		n, err := prom.values(ctx, expr, true, start, hasData.keep)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n > 0, fmt.Sprintf("%d series", n)
+	})
 
 	runSuite(ctx, t, c, suite, tb.Kubeconfig(), ns.Name, "http://"+pushAddr, prom.base, filepath.Join(tmp, "conformance"))
 	t.Logf("conformance run done after %s", time.Since(start).Round(time.Second))

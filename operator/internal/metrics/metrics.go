@@ -15,16 +15,23 @@ import (
 )
 
 // phases is a gauge of objects by phase, kept from the last phase seen per
-// object, so it needs no list of everything.
+// object, so it needs no list of everything. Every known phase is served
+// from the start at zero, as kube-state-metrics does: a phase an object
+// passes through between two scrapes still has a series, so its first
+// change is seen.
 type phases struct {
 	gauge *prometheus.GaugeVec
 	mu    sync.Mutex
 	last  map[types.NamespacedName]string
 }
 
-func newPhases(name, help string) *phases {
-	return &phases{gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"phase"}),
+func newPhases[P ~string](name, help string, known ...P) *phases {
+	p := &phases{gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"phase"}),
 		last: map[types.NamespacedName]string{}}
+	for _, phase := range known {
+		p.gauge.WithLabelValues(string(phase))
+	}
+	return p
 }
 
 // set records an object's current phase.
@@ -81,7 +88,9 @@ func NewClusters(reg prometheus.Registerer) *Clusters {
 			Help:    "Time from GPUCluster creation until every desired pod was first Ready.",
 			Buckets: latencyBuckets,
 		}),
-		phases: newPhases("gpulab_clusters", "GPUClusters by phase."),
+		phases: newPhases("gpulab_clusters", "GPUClusters by phase.",
+			gpulabv1alpha1.ClusterPending, gpulabv1alpha1.ClusterUnschedulable, gpulabv1alpha1.ClusterScheduling,
+			gpulabv1alpha1.ClusterProvisioning, gpulabv1alpha1.ClusterReady, gpulabv1alpha1.ClusterSuspended, gpulabv1alpha1.ClusterFailed),
 		podGroupUpdates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpulab_podgroup_writes_total",
 			Help: "PodGroups created or updated by the operator.",
@@ -144,7 +153,9 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 			Help:    "Time from GPUJob creation until a submitter was created on a Ready cluster.",
 			Buckets: latencyBuckets,
 		}),
-		phases: newPhases("gpulab_jobs", "GPUJobs by phase."),
+		phases: newPhases("gpulab_jobs", "GPUJobs by phase.",
+			gpulabv1alpha1.JobPending, gpulabv1alpha1.JobProvisioning, gpulabv1alpha1.JobRunning,
+			gpulabv1alpha1.JobSucceeded, gpulabv1alpha1.JobFailed, gpulabv1alpha1.JobSuspended),
 	}
 	// Both results start at zero, so rate() sees the first finished job.
 	for _, result := range []string{string(gpulabv1alpha1.JobSucceeded), string(gpulabv1alpha1.JobFailed)} {
