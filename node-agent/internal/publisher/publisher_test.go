@@ -62,7 +62,10 @@ func TestAgentPublishes(t *testing.T) {
 
 	var inv v1alpha1.GPUInventory
 	get := func() bool { return e.Client.Get(ctx(t), client.ObjectKey{Name: node.Name}, &inv) == nil }
-	eventually(t, "the GPUInventory", get)
+	// The inventory is written before the labels, so wait for both.
+	eventually(t, "the GPUInventory and the node labels", func() bool {
+		return get() && counter(m.Writes.WithLabelValues(publisher.ObjectLabels)) >= 1
+	})
 	if s := inv.Status.Summary; s != (v1alpha1.InventorySummary{Count: 8, Healthy: 8, Product: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559}) {
 		t.Errorf("summary: %+v", s)
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -83,6 +84,15 @@ func createNode(t *testing.T, c client.Client, name string, labels map[string]st
 	if err := c.Get(ctx(t), client.ObjectKey{Name: name}, n); err != nil {
 		t.Fatal(err)
 	}
+	// envtest runs no garbage collector: delete the node's inventory with
+	// it, so a rerun (-count) starts from nothing.
+	t.Cleanup(func() {
+		for _, obj := range []client.Object{&v1alpha1.GPUInventory{ObjectMeta: metav1.ObjectMeta{Name: name}}, n} {
+			if err := c.Delete(context.Background(), obj); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s: %v", name, err)
+			}
+		}
+	})
 	return n
 }
 
