@@ -112,3 +112,26 @@ func TestOptionsRejectBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The API server table is per gang, ordered by what the largest N served
+// most, and shows "-" where a scale did not serve a kind.
+func TestRequestTablePerGang(t *testing.T) {
+	small, large := point(10, 1, 1), point(100, 1, 1)
+	small.APIRequests = map[string]float64{"CREATE pods": 30, "watch events pods": 200}
+	large.APIRequests = map[string]float64{"CREATE pods": 300, "watch events pods": 5000, "UPDATE pods/status": 900}
+	table := requestTable([]Point{small, large})
+	want := "| watch events pods | 20.0 | 50.0 |\n| UPDATE pods/status | - | 9.0 |\n| CREATE pods | 3.0 | 3.0 |\n"
+	if !strings.Contains(table, want) {
+		t.Errorf("request table lacks\n%s\ngot\n%s", want, table)
+	}
+	if got := requestTable([]Point{point(10, 1, 1)}); got != "" {
+		t.Errorf("a run without API server counters rendered a table:\n%s", got)
+	}
+}
+
+func TestRequestDelta(t *testing.T) {
+	got := delta(map[string]float64{"GET pods": 5, "LIST nodes": 2}, map[string]float64{"GET pods": 9, "LIST nodes": 2, "CREATE pods": 3})
+	if len(got) != 2 || got["GET pods"] != 4 || got["CREATE pods"] != 3 {
+		t.Errorf("delta = %v, want GET pods 4 and CREATE pods 3, unmoved kinds left out", got)
+	}
+}

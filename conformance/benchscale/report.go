@@ -113,6 +113,52 @@ func Markdown(points []Point) string {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(requestTable(points))
+	return b.String()
+}
+
+// topRequestKinds is how many request kinds the API server table shows.
+const topRequestKinds = 15
+
+// requestTable renders what the API server served per gang, the kinds
+// most served at the largest N first.
+func requestTable(points []Point) string {
+	var last *Point
+	for i := range points {
+		if points[i].APIRequests != nil {
+			last = &points[i]
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	kinds := slices.SortedFunc(maps.Keys(last.APIRequests), func(a, b string) int {
+		if d := last.APIRequests[b] - last.APIRequests[a]; d != 0 {
+			if d > 0 {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	kinds = kinds[:min(len(kinds), topRequestKinds)]
+	var b strings.Builder
+	b.WriteString("\nWhat the API server served during the run, per gang (all clients; \"watch events\" are events sent to watchers):\n\n| request |")
+	for _, p := range points {
+		fmt.Fprintf(&b, " N=%d |", p.N)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(points)) + "\n")
+	for _, k := range kinds {
+		b.WriteString("| " + k + " |")
+		for _, p := range points {
+			if v, ok := p.APIRequests[k]; ok {
+				fmt.Fprintf(&b, " %.1f |", v/float64(p.N))
+			} else {
+				b.WriteString(" - |")
+			}
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 

@@ -2,8 +2,9 @@
 // brings up a local testbed sized for N gangs, runs the operator with
 // pprof on, measures N gangs created at once with the suite's latency
 // feature, and records the CPU every testbed process spent, the operator's
-// CPU, heap and block profiles, and the suite's results. Report renders
-// the table and one SVG plot per metric against N.
+// CPU, heap and block profiles, the API server's CPU profile and what it
+// served, and the suite's results. Report renders the tables and one SVG
+// plot per metric against N.
 package benchscale
 
 import (
@@ -70,6 +71,9 @@ type Point struct {
 	// CPUSeconds is the CPU each process spent during the suite's run:
 	// the operator and every testbed component.
 	CPUSeconds map[string]float64
+	// APIRequests is what the API server served during the run, by kind
+	// (apiserver.go).
+	APIRequests map[string]float64
 }
 
 // Run measures every scale in turn and writes report.md and the plots.
@@ -128,29 +132,45 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 		return nil, err
 	}
 
+	api, err := newAPIServer(tb.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	requestsBefore, err := api.requests(ctx)
+	if err != nil {
+		return nil, err
+	}
 	before := cpuSeconds(procs)
-	// The CPU profile covers the burst: setup, creation, binding and
+	// The CPU profiles cover the burst: setup, creation, binding and
 	// readiness take well under this at every scale measured.
-	cpuProfile := make(chan error, 1)
+	cpuProfiles := make(chan error, 2)
 	go func() {
-		cpuProfile <- fetch(ctx, op.PprofURL()+"profile?seconds="+strconv.Itoa(profileSeconds(n)), filepath.Join(out, "cpu.pprof"))
+		cpuProfiles <- fetch(ctx, op.PprofURL()+"profile?seconds="+strconv.Itoa(profileSeconds(n)), filepath.Join(out, "cpu.pprof"))
+	}()
+	go func() {
+		cpuProfiles <- api.cpuProfile(ctx, profileSeconds(n), filepath.Join(out, "kube-apiserver.cpu.pprof"))
 	}()
 	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: "gpucluster", Scale: n,
 		OperatorMetricsURL: op.MetricsURL(), Out: out, ClusterName: opts.TestbedName, Extra: []string{"--timeout=60m"}}.Command(ctx)
 	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 	runErr := cmd.Run()
 	after := cpuSeconds(procs)
+	requestsAfter, requestsErr := api.requests(ctx)
 	var profErrs []error
 	for _, p := range []string{"heap", "block", "mutex"} {
 		profErrs = append(profErrs, fetch(ctx, op.PprofURL()+p, filepath.Join(out, p+".pprof")))
 	}
-	profErrs = append(profErrs, <-cpuProfile)
+	profErrs = append(profErrs, <-cpuProfiles, <-cpuProfiles, requestsErr)
 
 	r, readErr := results.Read(filepath.Join(out, "results.json"))
 	if readErr != nil {
 		return nil, errors.Join(runErr, readErr)
 	}
 	p := &Point{N: n, Nodes: len(fleet.Nodes()), Results: r, CPUSeconds: map[string]float64{}}
+	if requestsErr == nil {
+		p.APIRequests = delta(requestsBefore, requestsAfter)
+		profErrs = append(profErrs, writeJSON(filepath.Join(out, "kube-apiserver.requests.json"), p.APIRequests))
+	}
 	for name := range procs {
 		p.CPUSeconds[name] = after[name] - before[name]
 	}

@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -32,8 +33,15 @@ func ScrapeURL(ctx context.Context, url string) (Scrape, error) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
 	}
+	return parse(resp.Body)
+}
+
+// ParseScrape reads a metrics page already fetched.
+func ParseScrape(page []byte) (Scrape, error) { return parse(bytes.NewReader(page)) }
+
+func parse(r io.Reader) (Scrape, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parser.TextToMetricFamilies(r)
 	return Scrape(families), err
 }
 

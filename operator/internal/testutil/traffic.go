@@ -16,6 +16,8 @@ import (
 type Traffic struct {
 	mu     sync.Mutex
 	writes map[string]int // "POST pods" → count of 2xx responses
+	// refused counts the writes the API server answered with an error.
+	refused map[string]int
 	status map[int]int    // response codes of GPUCluster status writes
 	// FailStatusWrites makes every status write fail with a 500.
 	FailStatusWrites atomic.Bool
@@ -29,7 +31,7 @@ type Traffic struct {
 
 // NewTraffic returns an empty counter.
 func NewTraffic() *Traffic {
-	return &Traffic{writes: map[string]int{}, status: map[int]int{}}
+	return &Traffic{writes: map[string]int{}, refused: map[string]int{}, status: map[int]int{}}
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -62,6 +64,8 @@ func (a *Traffic) Wrap(next http.RoundTripper) http.RoundTripper {
 		}
 		if resp.StatusCode < 300 {
 			a.writes[r.Method+" "+resourceOf(r.URL.Path)]++
+		} else {
+			a.refused[r.Method+" "+resourceOf(r.URL.Path)]++
 		}
 		return resp, err
 	})
@@ -90,6 +94,14 @@ func (a *Traffic) Count(key string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.writes[key]
+}
+
+// Refused is the number of writes for "METHOD resource" the API server
+// answered with an error.
+func (a *Traffic) Refused(key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.refused[key]
 }
 
 // Snapshot copies the successful writes by "METHOD resource".

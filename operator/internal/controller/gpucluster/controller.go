@@ -85,6 +85,12 @@ type Reconciler struct {
 	// and pendingScheduled the scheduled time a deferred write saw, for
 	// coalescing progress writes (status.go).
 	lastStatusWrite, pendingScheduled sync.Map
+	// namespaceGone holds the UID of each cluster whose namespace refused
+	// a create because it is terminating. A namespace never stops
+	// terminating, so such a cluster creates nothing more: otherwise every
+	// pod the namespace controller deletes wakes it to recreate its pods,
+	// and each refusal is another refused event, retried by the recorder.
+	namespaceGone sync.Map
 }
 
 // New builds a Reconciler from a manager.
@@ -227,6 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 			r.metrics.Forget(req.NamespacedName)
 			r.lastStatusWrite.Delete(req.NamespacedName)
 			r.pendingScheduled.Delete(req.NamespacedName)
+			r.namespaceGone.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -251,6 +258,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 		}
 		if err != nil && namespaceTerminating(err) {
 			// The namespace is going away with the cluster: nothing to build.
+			r.namespaceGone.Store(req.NamespacedName, cluster.UID)
 			result, err = ctrl.Result{}, nil
 		}
 	}()
@@ -302,6 +310,11 @@ func namespaceTerminating(err error) bool {
 // Service, then the pods; a suspended cluster deletes its pods first and
 // releases the gang after.
 func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if uid, ok := r.namespaceGone.Load(client.ObjectKeyFromObject(s.cluster)); ok && uid == s.cluster.UID {
+		// Its namespace's deletion deletes the cluster too; status is
+		// still written from what is observed.
+		return ctrl.Result{}, nil
+	}
 	if s.cluster.Spec.Suspend {
 		return r.suspend(ctx, s)
 	}
@@ -334,7 +347,9 @@ func (r *Reconciler) reconcileGang(ctx context.Context, s *scope) error {
 		if errors.Is(err, scheduler.ErrNotInstalled) {
 			return err
 		}
-		r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodGroupFailed", "EnsurePodGroup", "%v", err)
+		if !namespaceTerminating(err) {
+			r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodGroupFailed", "EnsurePodGroup", "%v", err)
+		}
 		return err
 	}
 	s.podGroup = status

@@ -93,7 +93,10 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		r.events.Eventf(s.cluster, nil, corev1.EventTypeNormal, "CreatedPods", "CreatePods", "Created %d pods: %s", len(created), summarize(names))
 	}
 	if err := errors.Join(errs...); err != nil {
-		r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodsFailed", "ReconcilePods", "%v", err)
+		if !namespaceTerminating(err) {
+			// (A terminating namespace refuses the event too.)
+			r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodsFailed", "ReconcilePods", "%v", err)
+		}
 		return err
 	}
 	return nil
