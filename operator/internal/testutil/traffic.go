@@ -18,7 +18,7 @@ type Traffic struct {
 	writes map[string]int // "POST pods" → count of 2xx responses
 	// refused counts the writes the API server answered with an error.
 	refused map[string]int
-	status map[int]int    // response codes of GPUCluster status writes
+	status  map[int]int // response codes of GPUCluster status writes
 	// FailStatusWrites makes every status write fail with a 500.
 	FailStatusWrites atomic.Bool
 	// FailRequest, when set, fails every request it returns true for with a
