@@ -80,6 +80,9 @@ type Options struct {
 	// sets registered with controller-runtime's registry.
 	Metrics    *metrics.Clusters
 	JobMetrics *metrics.Jobs
+	// StatusCoalesce is how long a GPUCluster's progress-only status
+	// change waits after its previous write (gpucluster.Options).
+	StatusCoalesce time.Duration
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 }
@@ -200,6 +203,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
 		ReconcileTimeout:        opts.ReconcileTimeout,
 		VolcanoInstalled:        volcano,
+		StatusCoalesce:          opts.StatusCoalesce,
 		SkipNameValidation:      opts.SkipNameValidation,
 	})
 	if err := r.SetupWithManager(ctx, mgr); err != nil {

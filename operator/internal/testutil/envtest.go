@@ -59,6 +59,8 @@ type ManagerOptions struct {
 	LeaderElect bool
 	// Traffic counts the manager's API requests; a fresh one by default.
 	Traffic *Traffic
+	// StatusCoalesce is the operator's (its default when zero).
+	StatusCoalesce time.Duration
 }
 
 // Manager is an operator started by a test.
@@ -84,6 +86,7 @@ func StartManager(t *testing.T, base *rest.Config, o ManagerOptions) *Manager {
 		Metrics:                 metrics.NewClusters(prometheus.NewRegistry()),
 		JobMetrics:              metrics.NewJobs(prometheus.NewRegistry()),
 		SkipNameValidation:      true,
+		StatusCoalesce:          o.StatusCoalesce,
 		LeaderElect:             o.LeaderElect,
 		LeaderElectionNamespace: "default",
 		LeaseDuration:           3 * time.Second,

@@ -3,7 +3,6 @@ package gpucluster_test
 import (
 	"context"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
@@ -36,11 +35,6 @@ func TestProgressWritesAreCoalesced(t *testing.T) {
 		pods = testutil.ListPods(t, c, ns)
 		return len(pods) == 5, fmt.Sprintf("%d pods", len(pods))
 	})
-	// Workers first, the head last: the head's readiness is a condition
-	// verdict (HeadReady), written at once.
-	sort.Slice(pods, func(i, j int) bool {
-		return pods[i].Labels[gpulabv1alpha1.GroupLabel] != gpulabv1alpha1.HeadGroupName && pods[j].Labels[gpulabv1alpha1.GroupLabel] == gpulabv1alpha1.HeadGroupName
-	})
 	for i := range pods {
 		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i%4))
 	}
@@ -57,8 +51,8 @@ func TestProgressWritesAreCoalesced(t *testing.T) {
 		got := testutil.GetCluster(t, c, ns, "steps")
 		return got.Status.ReadyPods == 1, fmt.Sprintf("readyPods %d", got.Status.ReadyPods)
 	})
-	if since := time.Since(provisioned); since < gpucluster.StatusCoalesce-100*time.Millisecond {
-		t.Errorf("a progress-only change was written %s after the previous write, inside the %s window", since, gpucluster.StatusCoalesce)
+	if since := time.Since(provisioned); since < gpucluster.DefaultStatusCoalesce-100*time.Millisecond {
+		t.Errorf("a progress-only change was written %s after the previous write, inside the %s window", since, gpucluster.DefaultStatusCoalesce)
 	}
 	// Three more, back to back, then the last: the phase change to Ready
 	// is written at once and carries the counts the window held back.
@@ -80,6 +74,59 @@ func TestProgressWritesAreCoalesced(t *testing.T) {
 	if n := m.Traffic.Count("PUT gpuclusters/status") - writesBefore; n > 3 {
 		t.Errorf("%d status writes for 5 pods turning Ready, want at most 3 (one progress write per window, and Ready)", n)
 	}
+}
+
+// TestFastGangCostsOneStatusWrite: a new cluster's first status waits the
+// coalescing window like progress, so a gang Ready within it is written
+// once, Ready, with when it was first seen bound; a first status that is
+// a verdict (it can never fit) is written at once. The window is a minute
+// here so that the test does not race it.
+func TestFastGangCostsOneStatusWrite(t *testing.T) {
+	c := needEnv(t)
+	ctx := t.Context()
+	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{StatusCoalesce: time.Minute})
+	ns := testutil.NewNamespace(t, c)
+	gc := testutil.NewCluster(ns, "fast", 2, 1)
+	gc.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
+	if err := c.Create(ctx, gc); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	testutil.Eventually(t, waitTimeout, "3 pods", func() (bool, string) {
+		pods = testutil.ListPods(t, c, ns)
+		return len(pods) == 3, fmt.Sprintf("%d pods", len(pods))
+	})
+	if n := m.Traffic.Count("PUT gpuclusters/status"); n != 0 {
+		t.Errorf("%d status writes before any pod was bound, want none inside the window", n)
+	}
+	for i := range pods {
+		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i))
+	}
+	for i := range pods {
+		markReady(t, c, &pods[i])
+	}
+	testutil.Eventually(t, waitTimeout, "Ready", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "fast")
+		return got.Status.Phase == gpulabv1alpha1.ClusterReady, fmt.Sprintf("phase %q", got.Status.Phase)
+	})
+	got := testutil.GetCluster(t, c, ns, "fast")
+	if got.Status.ObservedGeneration != got.Generation || got.Status.ReadyPods != 3 || got.Status.ScheduledTime == nil ||
+		got.Status.ReadyTime == nil || got.Status.ScheduledTime.After(got.Status.ReadyTime.Time) {
+		t.Errorf("status %+v: want generation observed, 3 Ready pods, scheduled no later than Ready", got.Status)
+	}
+	if n := m.Traffic.Count("PUT gpuclusters/status"); n != 1 {
+		t.Errorf("%d status writes for a gang Ready inside the window, want 1", n)
+	}
+
+	huge := testutil.NewCluster(ns, "huge", 2, 64)
+	huge.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
+	if err := c.Create(ctx, huge); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "Unschedulable written at once", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "huge")
+		return got.Status.Phase == gpulabv1alpha1.ClusterUnschedulable, fmt.Sprintf("phase %q", got.Status.Phase)
+	})
 }
 
 func bind(t *testing.T, c client.Client, pod *corev1.Pod, node string) {

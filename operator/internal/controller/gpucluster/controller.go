@@ -67,6 +67,9 @@ type Options struct {
 	// VolcanoInstalled says whether PodGroups are served; without it the
 	// controller does not watch them and volcano clusters report it.
 	VolcanoInstalled bool
+	// StatusCoalesce is how long after a status write a progress-only
+	// change waits (status.go). Defaults to DefaultStatusCoalesce.
+	StatusCoalesce time.Duration
 	// SkipNameValidation lets several managers run in one process (tests).
 	SkipNameValidation bool
 }
@@ -100,6 +103,9 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 	}
 	if opts.ReconcileTimeout == 0 {
 		opts.ReconcileTimeout = time.Minute
+	}
+	if opts.StatusCoalesce == 0 {
+		opts.StatusCoalesce = DefaultStatusCoalesce
 	}
 	// Reads see this controller's own writes at once (cachesync).
 	writes := cachesync.NewClient(mgr.GetClient())

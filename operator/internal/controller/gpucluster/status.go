@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,9 +31,16 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 		r.metrics.SetPhase(key, string(next.Phase))
 		return nil
 	}
-	if !urgent(old, &next) {
+	progress := !urgent(old, &next)
+	if !progress && starting(old, &next) {
+		// A new cluster's first status waits too, from when it was first
+		// seen: a gang Ready within the window costs one write.
+		r.lastStatusWrite.LoadOrStore(key, time.Now())
+		progress = true
+	}
+	if progress {
 		if last, ok := r.lastStatusWrite.Load(key); ok {
-			if wait := time.Until(last.(time.Time).Add(StatusCoalesce)); wait > 0 {
+			if wait := time.Until(last.(time.Time).Add(r.opts.StatusCoalesce)); wait > 0 {
 				// The first-seen times are kept for the write that comes.
 				r.pendingScheduled.Store(key, next.ScheduledTime)
 				s.statusDeferred = wait
@@ -80,15 +88,20 @@ func (r *Reconciler) seeded(key client.ObjectKey, old *gpulabv1alpha1.GPUCluster
 	return seed
 }
 
-// StatusCoalesce is how long after a status write a progress change
-// waits, so that a gang's pods binding and starting one by one cost one
-// write, not one each: pod counts, the PodGroup's phase, messages, and
-// the step from Scheduling to Provisioning (all bound, not yet Ready),
-// whose first-seen time is kept meanwhile. Every other phase change,
-// Ready among them, and condition verdicts other than GangScheduled are
-// written at once: they are what users, alerts and the latency
-// measurements wait for.
-const StatusCoalesce = time.Second
+// DefaultStatusCoalesce is how long after a status write a progress
+// change waits, so that a gang's pods binding and starting one by one cost
+// one write, not one each: pod counts, the PodGroup's phase, messages,
+// the GangScheduled and HeadReady steps, and the step from Scheduling to
+// Provisioning (all bound, not yet Ready), whose first-seen time is kept
+// meanwhile. A new cluster's first status, while it is on its way, waits
+// as long from when the cluster was first seen. Every other phase change,
+// Ready among them, and the other condition verdicts are written at once:
+// they are what users, alerts and the latency measurements wait for.
+const DefaultStatusCoalesce = time.Second
+
+// progressConditions change as a healthy gang comes up; the Ready
+// condition and the phase carry the verdict.
+var progressConditions = []string{gpulabv1alpha1.ConditionGangScheduled, gpulabv1alpha1.ConditionHeadReady}
 
 // urgent says whether next differs from old in more than progress.
 func urgent(old, next *gpulabv1alpha1.GPUClusterStatus) bool {
@@ -99,11 +112,32 @@ func urgent(old, next *gpulabv1alpha1.GPUClusterStatus) bool {
 	}
 	for _, c := range next.Conditions {
 		was := meta.FindStatusCondition(old.Conditions, c.Type)
-		if was == nil || ((was.Status != c.Status || was.Reason != c.Reason) && c.Type != gpulabv1alpha1.ConditionGangScheduled) {
+		if was == nil || ((was.Status != c.Status || was.Reason != c.Reason) && !slices.Contains(progressConditions, c.Type)) {
 			return true
 		}
 	}
 	return false
+}
+
+// starting says next is a new cluster's first status and says only that
+// it is on its way: it fits, its reconcile succeeded, and its pods are
+// pending or binding. Anything else a first status says (cannot fit,
+// invalid, Volcano missing, an error) is a verdict, written at once.
+func starting(old, next *gpulabv1alpha1.GPUClusterStatus) bool {
+	if old.ObservedGeneration != 0 || len(old.Conditions) != 0 {
+		return false
+	}
+	switch next.Phase {
+	case gpulabv1alpha1.ClusterPending, gpulabv1alpha1.ClusterScheduling, gpulabv1alpha1.ClusterProvisioning:
+	default:
+		return false
+	}
+	if !meta.IsStatusConditionTrue(next.Conditions, gpulabv1alpha1.ConditionSchedulable) ||
+		!meta.IsStatusConditionTrue(next.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded) {
+		return false
+	}
+	gang := meta.FindStatusCondition(next.Conditions, gpulabv1alpha1.ConditionGangScheduled)
+	return gang == nil || gang.Reason == gpulabv1alpha1.ReasonPodsPending || gang.Reason == gpulabv1alpha1.ReasonAllPodsBound
 }
 
 // recordTransitions updates metrics and events on changes only.
