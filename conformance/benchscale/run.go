@@ -127,6 +127,13 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 		return nil, err
 	}
 	defer func() { _ = op.Stop() }()
+	c, err := tb.Client()
+	if err != nil {
+		return nil, err
+	}
+	if err := warmUp(ctx, c); err != nil {
+		return nil, err
+	}
 	procs, err := processes(ctx, tb, op)
 	if err != nil {
 		return nil, err

@@ -79,6 +79,10 @@ type Fleet []FleetEntry
 // DefaultFleet is four DGX H100 nodes (32 GPUs).
 const DefaultFleet = "dgx-h100=4"
 
+// MaxNodesPerProfile bounds a fleet entry: room for `make bench-scale`'s
+// 1,000 gangs (1.25 nodes each), not so many that a typo fills the disk.
+const MaxNodesPerProfile = 2000
+
 // ParseFleet reads "dgx-h100=4,dgx-a100=4" into a Fleet.
 func ParseFleet(spec string) (Fleet, error) {
 	var fleet Fleet
@@ -101,8 +105,8 @@ func ParseFleet(spec string) (Fleet, error) {
 		}
 		seen[name] = true
 		count, err := strconv.Atoi(countStr)
-		if err != nil || count < 1 || count > 1000 {
-			return nil, fmt.Errorf("node count %q for profile %q must be a whole number from 1 to 1000", countStr, name)
+		if err != nil || count < 1 || count > MaxNodesPerProfile {
+			return nil, fmt.Errorf("node count %q for profile %q must be a whole number from 1 to %d", countStr, name, MaxNodesPerProfile)
 		}
 		fleet = append(fleet, FleetEntry{Profile: p, Count: count})
 	}

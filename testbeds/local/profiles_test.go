@@ -18,9 +18,10 @@ func TestParseFleet(t *testing.T) {
 		{spec: "dgx-h100=4, dgx-a100=4", want: "dgx-h100=4,dgx-a100=4", gpus: 64},
 		{spec: "dgx-h200", want: "dgx-h200=1", gpus: 8},
 		{spec: "dgx-v100=2", wantErr: `unknown GPU node profile "dgx-v100"`},
-		{spec: "dgx-h100=0", wantErr: "must be a whole number from 1 to 1000"},
-		{spec: "dgx-h100=-3", wantErr: "must be a whole number from 1 to 1000"},
-		{spec: "dgx-h100=two", wantErr: "must be a whole number from 1 to 1000"},
+		{spec: "dgx-h100=0", wantErr: "must be a whole number from 1 to 2000"},
+		{spec: "dgx-h100=-3", wantErr: "must be a whole number from 1 to 2000"},
+		{spec: "dgx-h100=two", wantErr: "must be a whole number from 1 to 2000"},
+		{spec: "dgx-h100=2001", wantErr: "must be a whole number from 1 to 2000"},
 		{spec: "dgx-h100=1,dgx-h100=2", wantErr: "appears twice"},
 		{spec: " , ", wantErr: "names no nodes"},
 	}
