@@ -97,7 +97,7 @@ func Markdown(points []Point) string {
 		}
 	}
 	names := slices.Sorted(maps.Keys(procs))
-	b.WriteString("\nCPU seconds per process during the run (2 cores = 2 s per second of wall time):\n\n| N gangs |")
+	b.WriteString("\nCPU seconds per process during the run (2 cores = 2 s per second of wall time; - where the process exited during it):\n\n| N gangs |")
 	for _, n := range names {
 		b.WriteString(" " + n + " |")
 	}

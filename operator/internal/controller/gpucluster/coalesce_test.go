@@ -22,19 +22,9 @@ import (
 // still written, once the window has passed.
 func TestProgressWritesAreCoalesced(t *testing.T) {
 	c := needEnv(t)
-	ctx := t.Context()
 	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 	ns := testutil.NewNamespace(t, c)
-	gc := testutil.NewCluster(ns, "steps", 4, 1)
-	gc.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
-	if err := c.Create(ctx, gc); err != nil {
-		t.Fatal(err)
-	}
-	var pods []corev1.Pod
-	testutil.Eventually(t, waitTimeout, "5 pods", func() (bool, string) {
-		pods = testutil.ListPods(t, c, ns)
-		return len(pods) == 5, fmt.Sprintf("%d pods", len(pods))
-	})
+	pods := createWithPods(t, c, ns, "steps", 4)
 	for i := range pods {
 		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i%4))
 	}
@@ -86,16 +76,7 @@ func TestFastGangCostsOneStatusWrite(t *testing.T) {
 	ctx := t.Context()
 	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{StatusCoalesce: time.Minute})
 	ns := testutil.NewNamespace(t, c)
-	gc := testutil.NewCluster(ns, "fast", 2, 1)
-	gc.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
-	if err := c.Create(ctx, gc); err != nil {
-		t.Fatal(err)
-	}
-	var pods []corev1.Pod
-	testutil.Eventually(t, waitTimeout, "3 pods", func() (bool, string) {
-		pods = testutil.ListPods(t, c, ns)
-		return len(pods) == 3, fmt.Sprintf("%d pods", len(pods))
-	})
+	pods := createWithPods(t, c, ns, "fast", 2)
 	if n := m.Traffic.Count("PUT gpuclusters/status"); n != 0 {
 		t.Errorf("%d status writes before any pod was bound, want none inside the window", n)
 	}
@@ -127,6 +108,24 @@ func TestFastGangCostsOneStatusWrite(t *testing.T) {
 		got := testutil.GetCluster(t, c, ns, "huge")
 		return got.Status.Phase == gpulabv1alpha1.ClusterUnschedulable, fmt.Sprintf("phase %q", got.Status.Phase)
 	})
+}
+
+// createWithPods creates a cluster of workers × 1 GPU and a head, placed
+// by the default scheduler (the test binds its pods), and returns its pods
+// once they all exist.
+func createWithPods(t *testing.T, c client.Client, ns, name string, workers int32) []corev1.Pod {
+	t.Helper()
+	gc := testutil.NewCluster(ns, name, workers, 1)
+	gc.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
+	if err := c.Create(t.Context(), gc); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	testutil.Eventually(t, waitTimeout, fmt.Sprintf("%d pods", workers+1), func() (bool, string) {
+		pods = testutil.ListPods(t, c, ns)
+		return len(pods) == int(workers)+1, fmt.Sprintf("%d pods", len(pods))
+	})
+	return pods
 }
 
 func bind(t *testing.T, c client.Client, pod *corev1.Pod, node string) {

@@ -24,16 +24,7 @@ func TestTerminatingNamespaceStopsCreates(t *testing.T) {
 	ctx := t.Context()
 	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 	ns := testutil.NewNamespace(t, c)
-	gc := testutil.NewCluster(ns, "doomed", 2, 1)
-	gc.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerDefault
-	if err := c.Create(ctx, gc); err != nil {
-		t.Fatal(err)
-	}
-	var pods []corev1.Pod
-	testutil.Eventually(t, waitTimeout, "3 pods", func() (bool, string) {
-		pods = testutil.ListPods(t, c, ns)
-		return len(pods) == 3, fmt.Sprintf("%d pods", len(pods))
-	})
+	pods := createWithPods(t, c, ns, "doomed", 2)
 	for i := range pods {
 		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i))
 		markReady(t, c, &pods[i])
