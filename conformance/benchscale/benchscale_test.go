@@ -30,7 +30,7 @@ func TestParseStat(t *testing.T) {
 
 func point(n int, ready99, rss float64) Point {
 	return Point{N: n, Nodes: n + n/4 + 3, CPUSeconds: map[string]float64{"gpulab-operator": 2.5, "kube-apiserver": 9},
-		Results: &results.Results{Verdict: results.VerdictPassed, Measurements: []results.Measurement{
+		Results: &results.Results{SchemaVersion: results.SchemaVersion, Verdict: results.VerdictPassed, Measurements: []results.Measurement{
 			{Feature: "latency", Name: "create_to_status_ready", Unit: "seconds", Samples: n, P50: ready99 / 2, P99: ready99},
 			results.Value("latency", "operator_rss_max", "bytes", rss),
 			// Another feature's measurement of the same name is not ours.
@@ -133,5 +133,34 @@ func TestRequestDelta(t *testing.T) {
 	got := delta(map[string]float64{"GET pods": 5, "LIST nodes": 2}, map[string]float64{"GET pods": 9, "LIST nodes": 2, "CREATE pods": 3})
 	if len(got) != 2 || got["GET pods"] != 4 || got["CREATE pods"] != 3 {
 		t.Errorf("delta = %v, want GET pods 4 and CREATE pods 3, unmoved kinds left out", got)
+	}
+}
+
+// Scales measured one at a time read back as one sorted report; a scale
+// without its CPU or API server files still renders, with those tables
+// empty for it, and a directory with no scale is an error.
+func TestReadPointsFromSavedScales(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []Point{point(300, 60, 1), point(10, 2, 1)} {
+		sub := filepath.Join(dir, fmt.Sprintf("n-%d", p.N))
+		if err := p.Results.Write(sub); err != nil {
+			t.Fatal(err)
+		}
+		if p.N == 10 {
+			if err := writeJSON(filepath.Join(sub, cpuSecondsFile), p.CPUSeconds); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	points, err := ReadPoints(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(points) != 2 || points[0].N != 10 || points[1].N != 300 || points[1].Nodes != 378 ||
+		points[0].CPUSeconds["kube-apiserver"] != 9 || points[1].CPUSeconds != nil {
+		t.Errorf("read back %+v", points)
+	}
+	if _, err := ReadPoints(t.TempDir()); err == nil {
+		t.Error("an empty directory read as a report")
 	}
 }

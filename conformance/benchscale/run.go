@@ -180,8 +180,9 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	p := &Point{N: n, Nodes: len(fleet.Nodes()), Results: r, CPUSeconds: map[string]float64{}}
 	if requestsErr == nil {
 		p.APIRequests = delta(requestsBefore, requestsAfter)
-		profErrs = append(profErrs, writeJSON(filepath.Join(out, "kube-apiserver.requests.json"), p.APIRequests))
+		profErrs = append(profErrs, writeJSON(filepath.Join(out, apiRequestsFile), p.APIRequests))
 	}
+	profErrs = append(profErrs, writeJSON(filepath.Join(out, cpuSecondsFile), p.CPUSeconds))
 	for name := range procs {
 		// A process that exited during the run (a component that lost its
 		// lease) has no total to subtract from.

@@ -27,10 +27,23 @@ func main() {
 	flag.StringVar(&opts.Operator, "operator-binary", "bin/gpulab-operator", "the gpulab-operator binary")
 	flag.StringVar(&opts.Out, "out", "_artifacts/bench-scale", "directory for each scale's results and profiles, report.md and the plots")
 	flag.StringVar(&opts.TestbedName, "testbed-name", "gpulab-bench-scale", "name of the local testbeds it creates")
+	reportOnly := flag.Bool("report-only", false, "measure nothing: render report.md and the plots from the n-<N>/ directories already in -out")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {
 		fmt.Println("bench-scale", version.Get())
+		return
+	}
+	if *reportOnly {
+		points, err := benchscale.ReadPoints(opts.Out)
+		if err == nil {
+			err = benchscale.WriteReport(opts.Out, points)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-scale:", err)
+			os.Exit(1)
+		}
+		fmt.Println(benchscale.Markdown(points))
 		return
 	}
 	// The testbed's clients log through controller-runtime; progress goes
