@@ -45,8 +45,11 @@ const (
 	// pod create of each gang, so pods are created while no PodGroup exists;
 	// the operator recreates it on the deletion event.
 	PodAfterPodGroupDeleted = "pod-after-podgroup-deleted"
-	// ReadyEarly makes every GPUCluster status write that is not yet Ready
-	// claim phase Ready and Ready=True.
+	// ReadyEarly claims phase Ready and Ready=True on a gang's GPUCluster
+	// as soon as its first pod is created, and in every status write that
+	// is not yet Ready. The claim at the first pod does not depend on when
+	// the operator writes status: a healthy operator may write its first
+	// status only once a fast gang is really Ready.
 	ReadyEarly = "ready-early"
 )
 
@@ -94,7 +97,7 @@ func funcsFor(fault string) (interceptor.Funcs, error) {
 	case PodAfterPodGroupDeleted:
 		return interceptor.Funcs{Create: g.deletePodGroupBeforeFirstPod}, nil
 	case ReadyEarly:
-		return interceptor.Funcs{SubResourceUpdate: claimReady}, nil
+		return interceptor.Funcs{SubResourceUpdate: claimReady, Create: g.claimReadyAtFirstPod}, nil
 	}
 	return interceptor.Funcs{}, fmt.Errorf("unknown %s %q: want one of %s", EnvVar, fault, strings.Join(Names, ", "))
 }
@@ -164,6 +167,28 @@ func (g *gangs) duplicateFirstPod(ctx context.Context, c client.WithWatch, obj c
 		if err := c.Create(ctx, dup, opts...); err != nil && !apierrors.IsAlreadyExists(err) {
 			ctrl.Log.WithName("faults").Error(err, "creating the duplicate pod", "pod", dup.Name)
 		}
+	}
+	return nil
+}
+
+func (g *gangs) claimReadyAtFirstPod(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+	if err := c.Create(ctx, obj, opts...); err != nil {
+		return err
+	}
+	key, owned := gangKey(obj)
+	if _, isPod := obj.(*corev1.Pod); !isPod || !owned || !g.first(key) {
+		return nil
+	}
+	gc := &gpulabv1alpha1.GPUCluster{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: obj.GetLabels()[gpulabv1alpha1.ClusterLabel]}, gc)
+	if err == nil {
+		if gc.Status.Phase == "" {
+			gc.Status.Phase = gpulabv1alpha1.ClusterPending
+		}
+		err = claimReady(ctx, c, "status", gc)
+	}
+	if err != nil {
+		ctrl.Log.WithName("faults").Error(err, "claiming Ready at the first pod", "gang", key)
 	}
 	return nil
 }

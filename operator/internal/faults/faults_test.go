@@ -179,6 +179,34 @@ func TestPodAfterPodGroupDeleted(t *testing.T) {
 	}
 }
 
+// The claim comes with the gang's first pod, whenever the operator would
+// write status, and only once.
+func TestReadyEarlyClaimsAtFirstPod(t *testing.T) {
+	ctx := context.Background()
+	gc := &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	c, base := wrapped(t, ReadyEarly, gc)
+	if err := c.Create(ctx, gangPod("a", "a-head")); err != nil {
+		t.Fatal(err)
+	}
+	got := &gpulabv1alpha1.GPUCluster{}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(gc), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != gpulabv1alpha1.ClusterReady || !meta.IsStatusConditionTrue(got.Status.Conditions, gpulabv1alpha1.ConditionReady) {
+		t.Errorf("after the first pod, status is %+v; want the false Ready claim", got.Status)
+	}
+	rv := got.ResourceVersion
+	if err := c.Create(ctx, gangPod("a", "a-worker-0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(gc), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != rv {
+		t.Error("the second pod claimed Ready again; the fault strikes once per gang")
+	}
+}
+
 func TestReadyEarly(t *testing.T) {
 	ctx := context.Background()
 	gc := &gpulabv1alpha1.GPUCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
