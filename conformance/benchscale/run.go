@@ -182,7 +182,6 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 		p.APIRequests = delta(requestsBefore, requestsAfter)
 		profErrs = append(profErrs, writeJSON(filepath.Join(out, apiRequestsFile), p.APIRequests))
 	}
-	profErrs = append(profErrs, writeJSON(filepath.Join(out, cpuSecondsFile), p.CPUSeconds))
 	for name := range procs {
 		// A process that exited during the run (a component that lost its
 		// lease) has no total to subtract from.
@@ -190,6 +189,7 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 			p.CPUSeconds[name] = end - before[name]
 		}
 	}
+	profErrs = append(profErrs, writeJSON(filepath.Join(out, cpuSecondsFile), p.CPUSeconds))
 	if err := errors.Join(profErrs...); err != nil {
 		fmt.Fprintf(opts.Log, "bench-scale: N=%d: a profile is missing: %v\n", n, err)
 	}
