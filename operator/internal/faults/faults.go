@@ -182,10 +182,8 @@ func (g *gangs) claimReadyAtFirstPod(ctx context.Context, c client.WithWatch, ob
 	gc := &gpulabv1alpha1.GPUCluster{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: obj.GetLabels()[gpulabv1alpha1.ClusterLabel]}, gc)
 	if err == nil {
-		if gc.Status.Phase == "" {
-			gc.Status.Phase = gpulabv1alpha1.ClusterPending
-		}
-		err = claimReady(ctx, c, "status", gc)
+		claim(gc)
+		err = c.Status().Update(ctx, gc)
 	}
 	if err != nil {
 		ctrl.Log.WithName("faults").Error(err, "claiming Ready at the first pod", "gang", key)
@@ -234,11 +232,16 @@ var notYetReady = []gpulabv1alpha1.ClusterPhase{gpulabv1alpha1.ClusterPending, g
 
 func claimReady(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	if gc, ok := obj.(*gpulabv1alpha1.GPUCluster); ok && sub == "status" && slices.Contains(notYetReady, gc.Status.Phase) {
-		gc.Status.Phase = gpulabv1alpha1.ClusterReady
-		meta.SetStatusCondition(&gc.Status.Conditions, metav1.Condition{
-			Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: gpulabv1alpha1.ReasonPodsReady,
-			Message: fmt.Sprintf("all %d pods are Ready", gc.Status.DesiredPods), ObservedGeneration: gc.Generation,
-		})
+		claim(gc)
 	}
 	return c.SubResource(sub).Update(ctx, obj, opts...)
+}
+
+// claim sets gc's status to the false claim: phase Ready, Ready=True.
+func claim(gc *gpulabv1alpha1.GPUCluster) {
+	gc.Status.Phase = gpulabv1alpha1.ClusterReady
+	meta.SetStatusCondition(&gc.Status.Conditions, metav1.Condition{
+		Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: gpulabv1alpha1.ReasonPodsReady,
+		Message: fmt.Sprintf("all %d pods are Ready", gc.Status.DesiredPods), ObservedGeneration: gc.Generation,
+	})
 }
