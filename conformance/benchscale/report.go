@@ -1,6 +1,7 @@
 package benchscale
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -133,13 +134,7 @@ func requestTable(points []Point) string {
 		return ""
 	}
 	kinds := slices.SortedFunc(maps.Keys(last.APIRequests), func(a, b string) int {
-		if d := last.APIRequests[b] - last.APIRequests[a]; d != 0 {
-			if d > 0 {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(a, b)
+		return cmp.Or(cmp.Compare(last.APIRequests[b], last.APIRequests[a]), strings.Compare(a, b))
 	})
 	kinds = kinds[:min(len(kinds), topRequestKinds)]
 	var b strings.Builder
