@@ -31,6 +31,21 @@ type kwokctlConfiguration struct {
 	ComponentsPatches []kwokComponentPatch `json:"componentsPatches,omitempty"`
 }
 
+// kwokConfiguration is the kwok controller's own configuration, which
+// kwokctl passes through.
+type kwokConfiguration struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Options    map[string]any `json:"options"`
+}
+
+// kwokPodStageParallelism is how many pods kwok moves through their stages
+// at once. Its default, 4, plays every node's kubelet with four workers in
+// all, so a burst of pods waits in kwok's queue for seconds where real
+// kubelets, one per node, would start them side by side; a latency
+// measured on the testbed would then be kwok's.
+const kwokPodStageParallelism = 32
+
 type kwokComponent struct {
 	Name    string   `json:"name"`
 	Binary  string   `json:"binary"`
@@ -107,6 +122,26 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 					Name:      "kube-apiserver",
 					ExtraArgs: []kwokExtraArg{{Key: "shutdown-watch-termination-grace-period", Value: "5s"}},
 				},
+			},
+		},
+		kwokConfiguration{
+			APIVersion: "config.kwok.x-k8s.io/v1alpha1",
+			Kind:       "KwokConfiguration",
+			// kwokctl does not default a configuration it is given, so
+			// every option kwok defaults is spelled out with kwok's
+			// default, but the one changed.
+			Options: map[string]any{
+				"podPlayStageParallelism":         kwokPodStageParallelism,
+				"nodePlayStageParallelism":        4,
+				"nodeLeaseParallelism":            4,
+				"podsOnNodeSyncParallelism":       1,
+				"cidr":                            kwokPodCIDR,
+				"manageAllNodes":                  false,
+				"enableDebuggingHandlers":         true,
+				"enableContentionProfiling":       false,
+				"enableProfilingHandler":          true,
+				"enablePodsOnNodeSyncListPager":   true,
+				"enablePodsOnNodeSyncStreamWatch": false,
 			},
 		},
 	}

@@ -68,6 +68,8 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"kubeSchedulerPort: 9",
 		"kwokControllerPort: 10",
 		"key: shutdown-watch-termination-grace-period",
+		"kind: KwokConfiguration",
+		"podPlayStageParallelism: 32",
 	} {
 		if !strings.Contains(config, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, config)
