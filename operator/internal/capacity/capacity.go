@@ -76,11 +76,39 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node, now time.Tim
 // Stale says whether inv's agent missed StaleHeartbeats heartbeats by now.
 // An inventory that promises no heartbeat (an older agent) never goes stale.
 func Stale(inv *gpulabv1alpha1.GPUInventory, now time.Time) bool {
+	at, ok := StaleAt(inv)
+	return ok && now.After(at)
+}
+
+// StaleAt is when inv goes stale if no further heartbeat comes; ok is false
+// for an inventory that promises none.
+func StaleAt(inv *gpulabv1alpha1.GPUInventory) (at time.Time, ok bool) {
 	st := &inv.Status
 	if st.HeartbeatSeconds <= 0 || st.HeartbeatTime == nil {
-		return false
+		return time.Time{}, false
 	}
-	return now.Sub(st.HeartbeatTime.Time) > StaleHeartbeats*time.Duration(st.HeartbeatSeconds)*time.Second
+	return st.HeartbeatTime.Add(StaleHeartbeats * time.Duration(st.HeartbeatSeconds) * time.Second), true
+}
+
+// NodeChanged says whether a node update can change the view: whether it
+// counts, and what its GPUs are when it has no inventory. Status
+// heartbeats change none of that.
+func NodeChanged(was, now *corev1.Node) bool {
+	wasGPUs, nowGPUs := was.Status.Allocatable[gfd.GPUResource], now.Status.Allocatable[gfd.GPUResource]
+	return schedulable(was) != schedulable(now) || wasGPUs.Cmp(nowGPUs) != 0 ||
+		was.Labels[gfd.Product] != now.Labels[gfd.Product] || was.Labels[gfd.Memory] != now.Labels[gfd.Memory]
+}
+
+// InventoryChanged says whether an inventory update can change the view at
+// now, or bring forward the time it goes stale. A fresh inventory's
+// heartbeat does neither.
+func InventoryChanged(was, now *gpulabv1alpha1.GPUInventory, at time.Time) bool {
+	if was.Status.Summary != now.Status.Summary || Stale(was, at) || Stale(now, at) {
+		return true
+	}
+	wasAt, wasOK := StaleAt(was)
+	nowAt, nowOK := StaleAt(now)
+	return nowOK && (!wasOK || nowAt.Before(wasAt))
 }
 
 func schedulable(n *corev1.Node) bool {

@@ -146,3 +146,51 @@ func TestWholeNodeGPUs(t *testing.T) {
 		t.Errorf("absent product whole node = %d, want 0", got)
 	}
 }
+
+func TestNodeChanged(t *testing.T) {
+	base := node("a", h100, 8, true)
+	heartbeat := *base.DeepCopy()
+	heartbeat.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	heartbeat.ResourceVersion = "2"
+	if NodeChanged(&base, &heartbeat) {
+		t.Error("a status heartbeat changes nothing the view reads")
+	}
+	for name, edit := range map[string]func(*corev1.Node){
+		"not ready":     func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse },
+		"cordoned":      func(n *corev1.Node) { n.Spec.Unschedulable = true },
+		"fewer GPUs":    func(n *corev1.Node) { n.Status.Allocatable[gfd.GPUResource] = resource.MustParse("4") },
+		"other product": func(n *corev1.Node) { n.Labels[gfd.Product] = "NVIDIA-A100" },
+		"other memory":  func(n *corev1.Node) { n.Labels[gfd.Memory] = "40960" },
+	} {
+		changed := base.DeepCopy()
+		edit(changed)
+		if !NodeChanged(&base, changed) {
+			t.Errorf("%s: the view depends on it", name)
+		}
+	}
+}
+
+func TestInventoryChanged(t *testing.T) {
+	now := time.Now()
+	beat := func(i gpulabv1alpha1.GPUInventory, ago time.Duration, every int32) *gpulabv1alpha1.GPUInventory {
+		i.Status.HeartbeatSeconds = every
+		i.Status.HeartbeatTime = &metav1.Time{Time: now.Add(-ago)}
+		return &i
+	}
+	fresh := beat(inv("a", h100, 8), 10*time.Second, 60)
+	for _, tc := range []struct {
+		name     string
+		was, now *gpulabv1alpha1.GPUInventory
+		want     bool
+	}{
+		{"a fresh inventory's heartbeat", fresh, beat(inv("a", h100, 8), 0, 60), false},
+		{"a GPU fell sick", fresh, beat(inv("a", h100, 7), 0, 60), true},
+		{"a stale inventory's heartbeat makes it fresh", beat(inv("a", h100, 8), time.Hour, 60), fresh, true},
+		{"a shorter heartbeat brings staleness forward", fresh, beat(inv("a", h100, 8), 10*time.Second, 5), true},
+		{"a first heartbeat promise", func() *gpulabv1alpha1.GPUInventory { i := inv("a", h100, 8); return &i }(), fresh, true},
+	} {
+		if got := InventoryChanged(tc.was, tc.now, now); got != tc.want {
+			t.Errorf("%s: InventoryChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

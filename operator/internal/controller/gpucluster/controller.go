@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -94,6 +93,8 @@ type Reconciler struct {
 	// pod the namespace controller deletes wakes it to recreate its pods,
 	// and each refusal is another refused event, retried by the recorder.
 	namespaceGone sync.Map
+	// fleet is the capacity view, rebuilt only when it may have moved.
+	fleet *fleetView
 }
 
 // New builds a Reconciler from a manager.
@@ -117,6 +118,7 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 		events:    mgr.GetEventRecorder(ControllerName),
 		metrics:   m,
 		opts:      opts,
+		fleet:     &fleetView{},
 	}
 }
 
@@ -133,6 +135,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		written = append(written, &schedulingv1beta1.PodGroup{})
 	}
 	if err := r.writes.Track(ctx, mgr.GetCache(), written...); err != nil {
+		return err
+	}
+	if err := r.fleet.track(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -412,18 +417,7 @@ func (r *Reconciler) runtimeClassOverheads(ctx context.Context, cluster *gpulabv
 	return out, nil
 }
 
-// capacity reads healthy GPU capacity from the cache. Every reconcile reads
-// every node and inventory, and only reads them, so the lists share the
-// cache's objects instead of deep-copying the fleet each time.
+// capacity reads healthy GPU capacity: the memoized view (fleet.go).
 func (r *Reconciler) capacity(ctx context.Context) ([]capacity.Node, bool, []string, error) {
-	var invs gpulabv1alpha1.GPUInventoryList
-	if err := r.client.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
-		return nil, false, nil, fmt.Errorf("listing GPU inventories: %w", err)
-	}
-	var nodes corev1.NodeList
-	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, false, nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	view, fromInventory, stale := capacity.Nodes(invs.Items, nodes.Items, time.Now())
-	return view, fromInventory, stale, nil
+	return r.fleet.get(ctx, r.client, time.Now())
 }
