@@ -164,6 +164,10 @@ func watchOperator(ctx context.Context, t *testing.T) *operatorWatch {
 		fatalf(t, "scraping the operator at %s: %v", w.url, err)
 	}
 	w.rss = w.before.Sum("process_resident_memory_bytes", nil)
+	rssURL, err := measure.Only(w.url, "process_resident_memory_bytes")
+	if err != nil {
+		fatalf(t, "%v", err)
+	}
 	go func() {
 		defer close(w.exited)
 		tick := time.NewTicker(500 * time.Millisecond)
@@ -175,7 +179,7 @@ func watchOperator(ctx context.Context, t *testing.T) *operatorWatch {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				if s, err := measure.ScrapeURL(ctx, w.url); err == nil {
+				if s, err := measure.ScrapeURL(ctx, rssURL); err == nil {
 					w.rss = max(w.rss, s.Sum("process_resident_memory_bytes", nil))
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	neturl "net/url"
 	"sort"
 	"strings"
 
@@ -34,6 +35,24 @@ func ScrapeURL(ctx context.Context, url string) (Scrape, error) {
 		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
 	}
 	return parse(resp.Body)
+}
+
+// Only is url asking for the named metrics alone (the `name[]` filter of
+// Prometheus's Go handler, which controller-runtime serves): a sampler
+// polling one gauge then costs the process it watches a few series, not
+// its whole registry. A server that does not filter answers with every
+// metric, which reads the same.
+func Only(url string, names ...string) (string, error) {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", fmt.Errorf("metrics URL %q: %w", url, err)
+	}
+	q := u.Query()
+	for _, n := range names {
+		q.Add("name[]", n)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // ParseScrape reads a metrics page already fetched.
