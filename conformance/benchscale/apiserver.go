@@ -10,9 +10,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/testbeds/local"
 )
 
 // apiServer reads the API server's own view of a run through the
@@ -21,10 +21,10 @@ import (
 // API server is most of a burst's CPU, so these say who drives it.
 type apiServer struct{ rc rest.Interface }
 
-func newAPIServer(kubeconfig string) (*apiServer, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+func newAPIServer(tb *local.Testbed) (*apiServer, error) {
+	cfg, err := tb.RESTConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", kubeconfig, err)
+		return nil, err
 	}
 	// A CPU profile holds the request open for its whole duration.
 	cfg.Timeout = 0

@@ -155,7 +155,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	fail := func(err error) (*Environment, error) {
 		return nil, errors.Join(err, env.Teardown(context.WithoutCancel(ctx)))
 	}
-	if env.Config, err = clientcmd.BuildConfigFromFlags("", tb.Kubeconfig()); err != nil {
+	if env.Config, err = tb.RESTConfig(); err != nil {
 		return fail(err)
 	}
 	env.Config.QPS, env.Config.Burst = 500, 1000

@@ -18,6 +18,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
@@ -40,11 +41,31 @@ func init() {
 	utilruntime.Must(gpulabv1alpha1.AddToScheme(Scheme))
 }
 
-// Client returns a client for the running testbed, with Scheme.
-func (t *Testbed) Client() (client.Client, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig())
+// RESTConfig is the running testbed's admin client configuration.
+func (t *Testbed) RESTConfig() (*rest.Config, error) { return restConfig(t.Kubeconfig()) }
+
+// restConfig loads a kubeconfig with the certificate files it names read
+// in. client-go caches TLS transports by those files' paths, and a testbed
+// created again under the same name (bench-scale's scales, one process)
+// has new certificates at the same paths: its clients would dial it with
+// the first testbed's CA and fail x509 verification.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading testbed kubeconfig: %w", err)
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, fmt.Errorf("loading testbed kubeconfig's certificates: %w", err)
+	}
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = "", "", ""
+	return cfg, nil
+}
+
+// Client returns a client for the running testbed, with Scheme.
+func (t *Testbed) Client() (client.Client, error) {
+	cfg, err := t.RESTConfig()
+	if err != nil {
+		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	return client.New(cfg, client.Options{Scheme: Scheme})

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -203,9 +202,9 @@ func (t *Testbed) healthCheck(component string, ports Ports) (func(context.Conte
 	switch component {
 	case "etcd", "kube-apiserver":
 		// /readyz includes the API server's etcd check.
-		cfg, err := clientcmd.BuildConfigFromFlags("", t.Kubeconfig())
+		cfg, err := t.RESTConfig()
 		if err != nil {
-			return nil, fmt.Errorf("loading testbed kubeconfig: %w", err)
+			return nil, err
 		}
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
