@@ -143,7 +143,7 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 		return nil, err
 	}
 
-	api, err := newAPIServer(tb.Kubeconfig())
+	api, err := newAPIServer(tb)
 	if err != nil {
 		return nil, err
 	}
@@ -164,14 +164,18 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: "gpucluster", Scale: n,
 		OperatorMetricsURL: op.MetricsURL(), Out: out, ClusterName: opts.TestbedName, Extra: []string{"--timeout=60m", "--ready-timeout=" + readyTimeout(n).String()}}.Command(ctx)
 	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+	peakCtx, stopPeak := context.WithCancel(ctx)
+	peakHeap := make(chan error, 1)
+	go func() { peakHeap <- heapAtPeak(peakCtx, op, n, filepath.Join(out, peakHeapFile)) }()
 	runErr := cmd.Run()
+	stopPeak()
 	after := cpuSeconds(procs)
 	requestsAfter, requestsErr := api.requests(ctx)
 	var profErrs []error
 	for _, p := range []string{"heap", "block", "mutex"} {
 		profErrs = append(profErrs, fetch(ctx, op.PprofURL()+p, filepath.Join(out, p+".pprof")))
 	}
-	profErrs = append(profErrs, <-cpuProfiles, <-cpuProfiles, requestsErr)
+	profErrs = append(profErrs, <-cpuProfiles, <-cpuProfiles, <-peakHeap, requestsErr)
 
 	r, readErr := results.Read(filepath.Join(out, "results.json"))
 	if readErr != nil {
