@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -45,6 +46,10 @@ type kwokConfiguration struct {
 // kubelets, one per node, would start them side by side; a latency
 // measured on the testbed would then be kwok's.
 const kwokPodStageParallelism = 32
+
+// nodeMonitorGracePeriod is how long a node's lease may go unrenewed before
+// kube-controller-manager marks it not ready (its default is 40 s).
+const nodeMonitorGracePeriod = 5 * time.Minute
 
 type kwokComponent struct {
 	Name    string   `json:"name"`
@@ -108,6 +113,13 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 				"kubeControllerManagerPort": volcano.ports.KubeControllerManager,
 				"kubeSchedulerPort":         volcano.ports.KubeScheduler,
 				"kwokControllerPort":        volcano.ports.KwokController,
+				// kwok renews every node's lease with four workers in all; at
+				// 1,000 gangs on 1,250 nodes, on a saturated API server, a
+				// round of renewals took over a minute, and the node
+				// lifecycle controller tainted a quarter of the nodes
+				// not-ready mid-run. The grace period is the testbed's, not
+				// a verdict on the cluster under test.
+				"kubeControllerManagerNodeMonitorGracePeriodMilliseconds": nodeMonitorGracePeriod.Milliseconds(),
 			},
 			Components: components,
 			ComponentsPatches: []kwokComponentPatch{
@@ -115,6 +127,11 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 					Name:      "kwok-controller",
 					ExtraArgs: []kwokExtraArg{{Key: "cidr", Value: kwokPodCIDR}},
 				},
+				// One instance each: a lease renewal that misses its
+				// deadline on a saturated API server made them exit
+				// mid-run (as a leader must), and nothing replaces them.
+				{Name: "kube-controller-manager", ExtraArgs: []kwokExtraArg{{Key: "leader-elect", Value: "false"}}},
+				{Name: "kube-scheduler", ExtraArgs: []kwokExtraArg{{Key: "leader-elect", Value: "false"}}},
 				{
 					// On SIGTERM the API server closes its watches and exits in
 					// seconds; without it, it waits for them until its 60 s

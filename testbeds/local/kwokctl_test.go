@@ -70,6 +70,9 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"key: shutdown-watch-termination-grace-period",
 		"kind: KwokConfiguration",
 		"podPlayStageParallelism: 32",
+		"kubeControllerManagerNodeMonitorGracePeriodMilliseconds: 300000",
+		"name: kube-controller-manager",
+		"key: leader-elect",
 	} {
 		if !strings.Contains(config, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, config)
