@@ -25,22 +25,27 @@ import (
 const childEventBatch = 100 * time.Millisecond
 
 // ownerHandler enqueues a child's controlling GPUCluster: at once for a
-// deletion, after childEventBatch for a creation or an update (further
-// events inside the window join the same reconcile). Creations are mostly
-// this controller's own, but the reconcile after them is what confirms
-// the gang's children all exist (and heals one that does not).
-func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper) handler.EventHandler {
-	return batched{inner: handler.EnqueueRequestForOwner(scheme, mapper, &gpulabv1alpha1.GPUCluster{}, handler.OnlyControllerOwner())}
+// deletion, after childEventBatch for an update (further events inside the
+// window join the same reconcile), and after created for a creation.
+// Creations are almost always this controller's own: nothing waits on the
+// reconcile after them, which confirms the gang's children all exist (and
+// heals one that does not), so it waits as long as a new cluster's first
+// status write and the two are one reconcile.
+func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper, created time.Duration) handler.EventHandler {
+	return batched{inner: handler.EnqueueRequestForOwner(scheme, mapper, &gpulabv1alpha1.GPUCluster{}, handler.OnlyControllerOwner()), created: created}
 }
 
-type batched struct{ inner handler.EventHandler }
+type batched struct {
+	inner   handler.EventHandler
+	created time.Duration
+}
 
 func (b batched) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	b.inner.Create(ctx, e, delayed{q})
+	b.inner.Create(ctx, e, delayed{q, b.created})
 }
 
 func (b batched) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	b.inner.Update(ctx, e, delayed{q})
+	b.inner.Update(ctx, e, delayed{q, childEventBatch})
 }
 
 func (b batched) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -51,13 +56,14 @@ func (b batched) Generic(ctx context.Context, e event.GenericEvent, q workqueue.
 	b.inner.Generic(ctx, e, q)
 }
 
-// delayed turns Add into AddAfter(childEventBatch); the delaying queue
-// keeps one entry per key, so a burst of changes is one reconcile.
+// delayed turns Add into AddAfter(by); the delaying queue keeps one entry
+// per key, so a burst of changes is one reconcile.
 type delayed struct {
 	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	by time.Duration
 }
 
-func (q delayed) Add(r reconcile.Request) { q.AddAfter(r, childEventBatch) }
+func (q delayed) Add(r reconcile.Request) { q.AddAfter(r, q.by) }
 
 // podChanged passes creations, deletions and the pod updates that can
 // change what the cluster does or reports: binding, phase, readiness,
