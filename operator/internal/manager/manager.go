@@ -132,6 +132,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, err
 	}
 	cacheOpts := cache.Options{
+		// Nothing reads managedFields, which were 15% of the cached
+		// objects' bytes at 100 gangs (the heap at the burst's peak).
+		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*owned)},
 			&corev1.Service{}: {Label: labels.NewSelector().Add(*owned)},
