@@ -137,7 +137,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := r.writes.Track(ctx, mgr.GetCache(), written...); err != nil {
 		return err
 	}
-	if err := r.fleet.track(ctx, mgr.GetCache()); err != nil {
+	if err := r.fleet.trackNodes(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -147,7 +147,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce), builder.WithPredicates(podChanged)).
 		Watches(&corev1.Service{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce)).
 		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory),
-			builder.WithPredicates(summaryChanged)).
+			builder.WithPredicates(capacityChanged)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			ReconciliationTimeout:   r.opts.ReconcileTimeout,
@@ -159,12 +159,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return b.Complete(r)
 }
 
-// summaryChanged passes inventory events that can change capacity: a
-// heartbeat-only write (every minute per node) wakes no cluster.
-var summaryChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+// capacityChanged passes inventory events that can change capacity: a
+// fresh inventory's heartbeat (every minute per node) wakes no cluster; a
+// stale one's does, since the node's inventory is trusted again.
+var capacityChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	was, ok1 := e.ObjectOld.(*gpulabv1alpha1.GPUInventory)
 	now, ok2 := e.ObjectNew.(*gpulabv1alpha1.GPUInventory)
-	return !ok1 || !ok2 || was.Status.Summary != now.Status.Summary
+	return !ok1 || !ok2 || capacity.InventoryChanged(was, now, time.Now())
 }}
 
 func indexProducts(obj client.Object) []string {
@@ -187,6 +188,8 @@ func indexProducts(obj client.Object) []string {
 }
 
 func (r *Reconciler) clustersForInventory(ctx context.Context, obj client.Object) []reconcile.Request {
+	// Before the clusters are enqueued, so the reconciles see the change.
+	r.fleet.invalidate()
 	inv := obj.(*gpulabv1alpha1.GPUInventory)
 	var reqs []reconcile.Request
 	for _, product := range []string{inv.Status.Summary.Product, "*"} {

@@ -20,9 +20,10 @@ import (
 // fleetView memoizes the capacity view every reconcile reads. Rebuilding
 // it each time listed and walked every node and inventory: at 1,000 gangs
 // on 1,250 nodes that was a quarter of the operator's CPU, and it grew with
-// nodes times reconciles. The informers' handlers mark the view dirty on
-// the changes that can move it (not on heartbeats), and it is rebuilt when
-// the first fresh inventory would go stale.
+// nodes times reconciles. It is rebuilt after a change that can move it
+// (invalidate: inventory changes, from the watch that wakes the clusters;
+// node changes, from trackNodes), and when the first fresh inventory would
+// go stale.
 type fleetView struct {
 	dirty atomic.Bool
 
@@ -37,38 +38,37 @@ type fleetView struct {
 	stale         []string
 }
 
-// track marks the view dirty on node and inventory changes that matter.
-// Call it before the cache starts.
-func (f *fleetView) track(ctx context.Context, informers cache.Informers) error {
-	mark := func(any) { f.dirty.Store(true) }
-	watch := func(obj client.Object, changed func(was, now any) bool) error {
-		inf, err := informers.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("watching %T for the capacity view: %w", obj, err)
-		}
-		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    mark,
-			DeleteFunc: mark,
-			UpdateFunc: func(was, now any) {
-				if changed(was, now) {
-					f.dirty.Store(true)
-				}
-			},
-		})
-		return err
+// invalidate makes the next read rebuild the view. A handler that wakes
+// clusters calls it before it enqueues them: handlers run each in their
+// own goroutine, so a separate handler could mark the view after the
+// reconcile it woke had read it.
+func (f *fleetView) invalidate() { f.dirty.Store(true) }
+
+// trackNodes invalidates the view on node changes that can move it. No
+// reconcile waits on a node event (capacity from allocatable is
+// re-checked on a timer), so a separate handler is enough. Call it before
+// the cache starts.
+func (f *fleetView) trackNodes(ctx context.Context, informers cache.Informers) error {
+	inf, err := informers.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return fmt.Errorf("watching nodes for the capacity view: %w", err)
 	}
-	if err := watch(&corev1.Node{}, func(was, now any) bool {
-		a, ok1 := was.(*corev1.Node)
-		b, ok2 := now.(*corev1.Node)
-		return !ok1 || !ok2 || capacity.NodeChanged(a, b)
-	}); err != nil {
-		return err
-	}
-	return watch(&gpulabv1alpha1.GPUInventory{}, func(was, now any) bool {
-		a, ok1 := was.(*gpulabv1alpha1.GPUInventory)
-		b, ok2 := now.(*gpulabv1alpha1.GPUInventory)
-		return !ok1 || !ok2 || capacity.InventoryChanged(a, b, time.Now())
+	mark := func(any) { f.invalidate() }
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    mark,
+		DeleteFunc: mark,
+		UpdateFunc: func(was, now any) {
+			a, ok1 := was.(*corev1.Node)
+			b, ok2 := now.(*corev1.Node)
+			if !ok1 || !ok2 || capacity.NodeChanged(a, b) {
+				f.invalidate()
+			}
+		},
 	})
+	if err != nil {
+		return fmt.Errorf("watching nodes for the capacity view: %w", err)
+	}
+	return nil
 }
 
 // get returns the view at now, rebuilt from c when it may have moved. The
@@ -79,8 +79,8 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 	if f.valid && !f.dirty.Load() && now.Before(f.until) {
 		return f.view, f.fromInventory, f.stale, nil
 	}
-	// Cleared before listing: a change the lists miss marks it again (the
-	// informer updates its store before it calls the handlers).
+	// Cleared before listing: a change the lists miss marks it again (an
+	// informer updates its store before it calls its handlers).
 	f.dirty.Store(false)
 	f.valid = false
 	// Only read, so the lists share the cache's objects.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,5 +133,52 @@ func TestInventoryDrivesCapacity(t *testing.T) {
 	testutil.Eventually(t, waitTimeout, "no matching nodes", func() (bool, string) {
 		cond := schedulable(t, c, ns4, "b200")
 		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonNoMatchingNodes && strings.Contains(cond.Message, "NVIDIA-B200"), fmt.Sprintf("%+v", cond)
+	})
+}
+
+// setHeartbeat sets an inventory's last heartbeat, as its agent would
+// (every minute).
+func setHeartbeat(t *testing.T, c client.Client, node string, at time.Time) {
+	t.Helper()
+	inv := &gpulabv1alpha1.GPUInventory{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: node}, inv); err != nil {
+		t.Fatal(err)
+	}
+	inv.Status.HeartbeatSeconds = 60
+	inv.Status.HeartbeatTime = &metav1.Time{Time: at}
+	if err := c.Update(context.Background(), inv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumedHeartbeatWakesTheCluster: an inventory whose agent stopped is
+// not trusted (its node counts from allocatable); the next heartbeat makes
+// it the truth again, and that heartbeat alone, with the same summary,
+// wakes the clusters it concerns.
+func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	ns := testutil.NewNamespace(t, c)
+	for i := range 3 {
+		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
+	}
+	// h100-3 reports a sick GPU, but its last heartbeat is an hour old.
+	setInventory(t, c, "h100-3", h100, 7)
+	setHeartbeat(t, c, "h100-3", time.Now().Add(-time.Hour))
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+
+	exact := testutil.NewCluster(ns, "exact", 4, 8)
+	exact.Spec.WorkerGroups[0].GPUs.Product = h100
+	if err := c.Create(ctx, exact); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "fits, h100-3 counted from allocatable", func() (bool, string) {
+		cond := schedulable(t, c, ns, "exact")
+		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
+	})
+	setHeartbeat(t, c, "h100-3", time.Now())
+	testutil.Eventually(t, waitTimeout, "Unschedulable once h100-3's inventory is trusted again", func() (bool, string) {
+		cond := schedulable(t, c, ns, "exact")
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == gpulabv1alpha1.ReasonInsufficientGPUs, fmt.Sprintf("%+v", cond)
 	})
 }
