@@ -145,8 +145,8 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 			APIVersion: "config.kwok.x-k8s.io/v1alpha1",
 			Kind:       "KwokConfiguration",
 			// kwokctl does not default a configuration it is given, so
-			// every option kwok defaults is spelled out with kwok's
-			// default, but the one changed.
+			// every option kwok defaults is spelled out: kwok's defaults,
+			// but the pod stage parallelism and the testbed's pod CIDR.
 			Options: map[string]any{
 				"podPlayStageParallelism":         kwokPodStageParallelism,
 				"nodePlayStageParallelism":        4,
