@@ -22,6 +22,8 @@ func heapAtPeak(ctx context.Context, op *profile.OperatorProcess, n int, path st
 	if err != nil {
 		return err
 	}
+	// Not poll.Until's 100 ms: every scrape is work for the operator
+	// being measured.
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	ready := 0.0

@@ -286,7 +286,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		// Nothing can be built until the spec changes, which wakes us.
 		return ctrl.Result{}, nil
 	}
-	fleet, fromInventory, stale, err := r.capacity(ctx)
+	fleet, fromInventory, stale, err := r.fleet.get(ctx, r.client, time.Now())
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -418,9 +418,4 @@ func (r *Reconciler) runtimeClassOverheads(ctx context.Context, cluster *gpulabv
 		}
 	}
 	return out, nil
-}
-
-// capacity reads healthy GPU capacity: the memoized view (fleet.go).
-func (r *Reconciler) capacity(ctx context.Context) ([]capacity.Node, bool, []string, error) {
-	return r.fleet.get(ctx, r.client, time.Now())
 }

@@ -30,9 +30,10 @@ type fleetView struct {
 	mu sync.Mutex
 	// builds counts rebuilds (tests).
 	builds int
-	valid  bool
-	until  time.Time
-	view   []capacity.Node
+	// until is when the view must be rebuilt even if nothing changed; zero
+	// before the first build and after a failed one.
+	until time.Time
+	view  []capacity.Node
 	// fromInventory and stale are capacity.Nodes's other results.
 	fromInventory bool
 	stale         []string
@@ -76,13 +77,13 @@ func (f *fleetView) trackNodes(ctx context.Context, informers cache.Informers) e
 func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]capacity.Node, bool, []string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.valid && !f.dirty.Load() && now.Before(f.until) {
+	if !f.dirty.Load() && now.Before(f.until) {
 		return f.view, f.fromInventory, f.stale, nil
 	}
 	// Cleared before listing: a change the lists miss marks it again (an
 	// informer updates its store before it calls its handlers).
 	f.dirty.Store(false)
-	f.valid = false
+	f.until = time.Time{}
 	// Only read, so the lists share the cache's objects.
 	var invs gpulabv1alpha1.GPUInventoryList
 	if err := c.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
@@ -93,13 +94,13 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 		return nil, false, nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	f.view, f.fromInventory, f.stale = capacity.Nodes(invs.Items, nodes.Items, now)
-	f.until = now.Add(maxFleetAge)
+	until := now.Add(maxFleetAge)
 	for i := range invs.Items {
-		if at, ok := capacity.StaleAt(&invs.Items[i]); ok && at.After(now) && at.Before(f.until) {
-			f.until = at
+		if at, ok := capacity.StaleAt(&invs.Items[i]); ok && at.After(now) && at.Before(until) {
+			until = at
 		}
 	}
-	f.valid = true
+	f.until = until
 	f.builds++
 	return f.view, f.fromInventory, f.stale, nil
 }

@@ -35,6 +35,17 @@ func setInventory(t *testing.T, c client.Client, node, product string, healthy i
 	}
 }
 
+// createExactFit creates "exact", 4 workers of 8 H100s: the whole 4-node
+// fleet.
+func createExactFit(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	exact := testutil.NewCluster(ns, "exact", 4, 8)
+	exact.Spec.WorkerGroups[0].GPUs.Product = h100
+	if err := c.Create(context.Background(), exact); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func schedulable(t *testing.T, c client.Client, ns, name string) *metav1.Condition {
 	t.Helper()
 	return meta.FindStatusCondition(testutil.GetCluster(t, c, ns, name).Status.Conditions, gpulabv1alpha1.ConditionSchedulable)
@@ -52,11 +63,7 @@ func TestInventoryDrivesCapacity(t *testing.T) {
 	}
 	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 
-	exact := testutil.NewCluster(ns, "exact", 4, 8)
-	exact.Spec.WorkerGroups[0].GPUs.Product = h100
-	if err := c.Create(ctx, exact); err != nil {
-		t.Fatal(err)
-	}
+	createExactFit(t, c, ns)
 	testutil.Eventually(t, waitTimeout, "exact fit schedulable with pods", func() (bool, string) {
 		cond := schedulable(t, c, ns, "exact")
 		n := len(testutil.ListPods(t, c, ns))
@@ -157,7 +164,6 @@ func setHeartbeat(t *testing.T, c client.Client, node string, at time.Time) {
 // wakes the clusters it concerns.
 func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
 	c := needEnv(t)
-	ctx := context.Background()
 	ns := testutil.NewNamespace(t, c)
 	for i := range 3 {
 		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
@@ -167,11 +173,7 @@ func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
 	setHeartbeat(t, c, "h100-3", time.Now().Add(-time.Hour))
 	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 
-	exact := testutil.NewCluster(ns, "exact", 4, 8)
-	exact.Spec.WorkerGroups[0].GPUs.Product = h100
-	if err := c.Create(ctx, exact); err != nil {
-		t.Fatal(err)
-	}
+	createExactFit(t, c, ns)
 	testutil.Eventually(t, waitTimeout, "fits, h100-3 counted from allocatable", func() (bool, string) {
 		cond := schedulable(t, c, ns, "exact")
 		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
