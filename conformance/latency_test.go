@@ -334,6 +334,12 @@ func addTimelines(feature string, timelines map[string]measure.Timeline) {
 	sort.Strings(names)
 	mu.Lock()
 	defer mu.Unlock()
+	if !first.IsZero() {
+		if run.TimelineOrigins == nil {
+			run.TimelineOrigins = map[string]time.Time{}
+		}
+		run.TimelineOrigins[feature] = first
+	}
 	for _, name := range names {
 		tl := timelines[name]
 		if tl.Created.IsZero() {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpulab/gpulab/conformance/results"
 )
@@ -137,7 +138,7 @@ func TestRequestDelta(t *testing.T) {
 }
 
 // Scales measured one at a time read back as one sorted report; a scale
-// without its CPU or API server files still renders, with those tables
+// without its CPU, burst or API server files still renders, with those tables
 // empty for it, and a directory with no scale is an error.
 func TestReadPointsFromSavedScales(t *testing.T) {
 	dir := t.TempDir()
@@ -150,6 +151,9 @@ func TestReadPointsFromSavedScales(t *testing.T) {
 			if err := writeJSON(filepath.Join(sub, cpuSecondsFile), p.CPUSeconds); err != nil {
 				t.Fatal(err)
 			}
+			if err := writeJSON(filepath.Join(sub, burstFile), Burst{Seconds: 3, MachineSeconds: 6}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	points, err := ReadPoints(dir)
@@ -157,10 +161,85 @@ func TestReadPointsFromSavedScales(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(points) != 2 || points[0].N != 10 || points[1].N != 300 || points[1].Nodes != 378 ||
-		points[0].CPUSeconds["kube-apiserver"] != 9 || points[1].CPUSeconds != nil {
+		points[0].CPUSeconds["kube-apiserver"] != 9 || points[1].CPUSeconds != nil ||
+		points[0].Burst == nil || points[0].Burst.Seconds != 3 || points[1].Burst != nil {
 		t.Errorf("read back %+v", points)
 	}
 	if _, err := ReadPoints(t.TempDir()); err == nil {
 		t.Error("an empty directory read as a report")
+	}
+}
+
+func TestParseMachineStat(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	busy, total, ok := parseMachineStat("cpu  100 5 50 800 20 3 2 0 40 0")
+	if !ok || busy != 1.6 || total != 9.8 {
+		t.Fatalf("parseMachineStat = %v, %v, %v; want 1.6 s busy (guest is inside user) of 9.8 s", busy, total, ok)
+	}
+	for _, bad := range []string{"cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 x 4 5 6 7 8", "cpu 1 2 3"} {
+		if _, _, ok := parseMachineStat(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if busy, total, ok := machineCPU(); !ok || busy <= 0 || total < busy {
+		t.Errorf("this machine's CPU = %v busy of %v, %v", busy, total, ok)
+	}
+}
+
+// The burst is widened to the samples around it, and a process that was
+// not sampled at both ends has no share.
+func TestBurstOfSamples(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	sample := func(s int, busy float64, procs map[string]float64) cpuSample {
+		return cpuSample{At: t0.Add(time.Duration(s) * time.Second), Procs: procs, Busy: busy, Total: 2 * float64(s)}
+	}
+	samples := []cpuSample{
+		sample(0, 0, map[string]float64{"api": 0}),
+		sample(1, 1, map[string]float64{"api": 0.5}),
+		sample(2, 2.5, map[string]float64{"api": 1.5, "suite": 0.1}),
+		sample(3, 4.5, map[string]float64{"api": 2.5, "suite": 0.3}),
+		sample(4, 5, map[string]float64{"api": 2.6, "suite": 0.4}),
+	}
+	b, ok := burstOf(samples, t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond))
+	if !ok || b.Seconds != 2 || b.MachineSeconds != 4 || b.Idle != 0.125 || b.CPUSeconds["api"] != 2 {
+		t.Fatalf("burst = %+v, %v; want samples 1 to 3: 2 s, 4 machine-s, 12.5%% idle, api 2 s", b, ok)
+	}
+	if _, ok := b.CPUSeconds["suite"]; ok {
+		t.Errorf("a process first sampled inside the window has a share: %v", b.CPUSeconds)
+	}
+	if _, ok := burstOf(samples, t0.Add(time.Second), t0.Add(5*time.Second)); ok {
+		t.Error("a window that outlasts the samples has a burst")
+	}
+}
+
+func TestLatencyWindow(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	r := &results.Results{TimelineOrigins: map[string]time.Time{"latency": t0, "latency/overcommitted": t0.Add(time.Hour)},
+		Timelines: []results.Timeline{
+			{Feature: "latency", Start: 0, PodGroup: 0.1, PodsCreated: 0.2, AllBound: 1, PodsReady: 2, StatusReady: 3},
+			// Never Ready: its last milestone ends the window.
+			{Feature: "latency", Start: 1, PodGroup: 0.5, PodsCreated: 4, AllBound: -1, PodsReady: -1, StatusReady: -1},
+			{Feature: "latency/overcommitted", Start: 0, StatusReady: 100},
+		}}
+	from, to, ok := latencyWindow(r)
+	if !ok || !from.Equal(t0) || !to.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("window = %v to %v, %v; want 0 to 5 s", from, to, ok)
+	}
+	if _, _, ok := latencyWindow(&results.Results{}); ok {
+		t.Error("a run without the latency feature's origin has a window")
+	}
+}
+
+func TestBurstTable(t *testing.T) {
+	p := point(100, 10, 1)
+	p.Burst = &Burst{Seconds: 10, MachineSeconds: 20, Idle: 0.05, CPUSeconds: map[string]float64{"kube-apiserver": 11, "gpulab-operator": 1}}
+	report := Markdown([]Point{point(10, 1, 1), p})
+	for _, want := range []string{"| N gangs | window s | idle | busy CPU s/gang | gpulab-operator | kube-apiserver |", "| 100 | 10.0 | 5% | 0.19 | 5% | 55% |"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Count(report, "| 10 |") != 2 {
+		t.Errorf("a point without a burst has a burst row:\n%s", report)
 	}
 }

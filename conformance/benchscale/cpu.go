@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times: 100
@@ -50,4 +51,133 @@ func parseStat(line string) (float64, bool) {
 		return 0, false
 	}
 	return float64(utime+stime) / clockTicks, true
+}
+
+// suiteProcess names the conformance suite's own process in the CPU
+// tables: it watches every pod and gang of the run, like any controller.
+const suiteProcess = "gpulab-conformance"
+
+// cpuSample is the CPU every measured process, and the whole machine, had
+// spent at one instant.
+type cpuSample struct {
+	At    time.Time
+	Procs map[string]float64
+	// Busy and Total are the machine's CPU seconds over all cores: busy,
+	// and busy plus idle.
+	Busy, Total float64
+}
+
+// cpuSampler samples the CPU of procs every interval until stopped.
+type cpuSampler struct {
+	stop    chan struct{}
+	samples chan []cpuSample
+}
+
+// sampleCPU starts sampling; Stop returns what was sampled.
+func sampleCPU(procs map[string]int, every time.Duration) *cpuSampler {
+	s := &cpuSampler{stop: make(chan struct{}), samples: make(chan []cpuSample, 1)}
+	go func() {
+		var out []cpuSample
+		take := func() {
+			busy, total, _ := machineCPU()
+			out = append(out, cpuSample{At: time.Now(), Procs: cpuSeconds(procs), Busy: busy, Total: total})
+		}
+		take()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				take()
+			case <-s.stop:
+				take()
+				s.samples <- out
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// Stop ends the sampling and returns the samples, oldest first.
+func (s *cpuSampler) Stop() []cpuSample {
+	close(s.stop)
+	return <-s.samples
+}
+
+// machineCPU reads the machine's busy and total CPU seconds, all cores,
+// from the first line of /proc/stat.
+func machineCPU() (busy, total float64, ok bool) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	return parseMachineStat(line)
+}
+
+// parseMachineStat reads "cpu user nice system idle iowait irq softirq
+// steal ...": guest time is already counted in user and nice, and idle
+// and iowait are the CPU nobody used.
+func parseMachineStat(line string) (busy, total float64, ok bool) {
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, 0, false
+	}
+	var ticks [8]uint64
+	for i := range ticks {
+		v, err := strconv.ParseUint(fields[i+1], 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		ticks[i] = v
+	}
+	var sum uint64
+	for _, v := range ticks {
+		sum += v
+	}
+	idle := ticks[3] + ticks[4]
+	return float64(sum-idle) / clockTicks, float64(sum) / clockTicks, true
+}
+
+// Burst is what the machine's CPU did while the latency feature's gangs
+// came up: from the first create to the last GPUCluster Ready, widened to
+// the samples either side (at most one interval each way).
+type Burst struct {
+	Seconds float64 `json:"seconds"`
+	// CPUSeconds is each process's CPU in the window.
+	CPUSeconds map[string]float64 `json:"cpuSeconds"`
+	// MachineSeconds is the machine's CPU capacity in the window (wall
+	// time x cores), and Idle the share of it nobody used.
+	MachineSeconds float64 `json:"machineSeconds"`
+	Idle           float64 `json:"idle"`
+}
+
+// burstOf is the CPU spent between from and to: the last sample at or
+// before from to the first at or after to. False without samples on both
+// sides.
+func burstOf(samples []cpuSample, from, to time.Time) (Burst, bool) {
+	first, last := -1, -1
+	for i, s := range samples {
+		if !s.At.After(from) {
+			first = i
+		}
+		if last < 0 && !s.At.Before(to) {
+			last = i
+		}
+	}
+	if first < 0 || last < 0 || last <= first {
+		return Burst{}, false
+	}
+	a, b := samples[first], samples[last]
+	out := Burst{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: map[string]float64{}, MachineSeconds: b.Total - a.Total}
+	if out.MachineSeconds > 0 {
+		out.Idle = 1 - (b.Busy-a.Busy)/out.MachineSeconds
+	}
+	for name, end := range b.Procs {
+		if start, ok := a.Procs[name]; ok {
+			out.CPUSeconds[name] = end - start
+		}
+	}
+	return out, true
 }

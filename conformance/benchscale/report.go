@@ -91,30 +91,64 @@ func Markdown(points []Point) string {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(processTable("CPU seconds per process during the suite's whole run (2 cores = 2 s per second of wall time; - where the process exited during it)",
+		points, nil, nil, func(p Point) map[string]float64 { return p.CPUSeconds }, func(_ Point, v float64) string { return fmt.Sprintf("%.1f", v) }))
+	b.WriteString(processTable("While the gangs came up, from the first create to the last Ready: the window, the machine's idle CPU, "+
+		"the busy CPU per gang of all processes, and each process's share of the machine",
+		points, []string{"window s", "idle", "busy CPU s/gang"}, burstColumns, func(p Point) map[string]float64 {
+			if p.Burst == nil {
+				return nil
+			}
+			return p.Burst.CPUSeconds
+		}, func(p Point, v float64) string { return fmt.Sprintf("%.0f%%", 100*v/p.Burst.MachineSeconds) }))
+	b.WriteString(requestTable(points))
+	return b.String()
+}
+
+// burstColumns are the burst table's columns before the processes.
+func burstColumns(p Point) []string {
+	busy := p.Burst.MachineSeconds * (1 - p.Burst.Idle)
+	return []string{fmt.Sprintf("%.1f", p.Burst.Seconds), fmt.Sprintf("%.0f%%", 100*p.Burst.Idle), fmt.Sprintf("%.2f", busy/float64(p.N))}
+}
+
+// processTable renders a row per point, of the lead columns (titled
+// leadTitles) and a value per process; a point without values is left out.
+func processTable(title string, points []Point, leadTitles []string, lead func(Point) []string,
+	of func(Point) map[string]float64, format func(Point, float64) string) string {
 	procs := map[string]bool{}
 	for _, p := range points {
-		for name := range p.CPUSeconds {
+		for name := range of(p) {
 			procs[name] = true
 		}
 	}
+	if len(procs) == 0 {
+		return ""
+	}
 	names := slices.Sorted(maps.Keys(procs))
-	b.WriteString("\nCPU seconds per process during the run (2 cores = 2 s per second of wall time; - where the process exited during it):\n\n| N gangs |")
-	for _, n := range names {
+	var b strings.Builder
+	b.WriteString("\n" + title + ":\n\n| N gangs |")
+	for _, n := range append(slices.Clone(leadTitles), names...) {
 		b.WriteString(" " + n + " |")
 	}
-	b.WriteString("\n|---|" + strings.Repeat("---|", len(names)) + "\n")
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(leadTitles)+len(names)) + "\n")
 	for _, p := range points {
+		values := of(p)
+		if values == nil {
+			continue
+		}
 		fmt.Fprintf(&b, "| %d |", p.N)
+		if lead != nil {
+			b.WriteString(" " + strings.Join(lead(p), " | ") + " |")
+		}
 		for _, n := range names {
-			if v, ok := p.CPUSeconds[n]; ok {
-				fmt.Fprintf(&b, " %.1f |", v)
+			if v, ok := values[n]; ok {
+				b.WriteString(" " + format(p, v) + " |")
 			} else {
 				b.WriteString(" - |")
 			}
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString(requestTable(points))
 	return b.String()
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -74,6 +75,36 @@ type Point struct {
 	// APIRequests is what the API server served during the run, by kind
 	// (apiserver.go).
 	APIRequests map[string]float64
+	// Burst is the CPU spent while the gangs came up (nil where the run
+	// recorded no window).
+	Burst *Burst
+}
+
+// cpuSampleInterval is how often the CPU is sampled during the suite's
+// run; the burst window is widened to whole samples.
+const cpuSampleInterval = time.Second
+
+// latencyWindow is when the latency feature's gangs came up: from its
+// first create to the last milestone seen, the last GPUCluster Ready
+// when every gang got there.
+func latencyWindow(r *results.Results) (from, to time.Time, ok bool) {
+	origin, ok := r.TimelineOrigins["latency"]
+	if !ok {
+		return time.Time{}, time.Time{}, false
+	}
+	end := 0.0
+	for _, t := range r.Timelines {
+		if t.Feature != "latency" {
+			continue
+		}
+		for _, at := range []float64{t.StatusReady, t.PodsReady, t.AllBound, t.PodsCreated, t.PodGroup} {
+			if at >= 0 {
+				end = max(end, t.Start+at)
+				break
+			}
+		}
+	}
+	return origin, origin.Add(time.Duration(end * float64(time.Second))), end > 0
 }
 
 // Run measures every scale in turn and writes report.md and the plots.
@@ -167,7 +198,15 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	peakCtx, stopPeak := context.WithCancel(ctx)
 	peakHeap := make(chan error, 1)
 	go func() { peakHeap <- heapAtPeak(peakCtx, op, n, filepath.Join(out, peakHeapFile)) }()
-	runErr := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		stopPeak()
+		return nil, fmt.Errorf("starting the suite: %w", err)
+	}
+	sampled := maps.Clone(procs)
+	sampled[suiteProcess] = cmd.Process.Pid
+	sampler := sampleCPU(sampled, cpuSampleInterval)
+	runErr := cmd.Wait()
+	samples := sampler.Stop()
 	stopPeak()
 	after := cpuSeconds(procs)
 	requestsAfter, requestsErr := api.requests(ctx)
@@ -193,7 +232,16 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 			p.CPUSeconds[name] = end - before[name]
 		}
 	}
+	if st := cmd.ProcessState; st != nil {
+		p.CPUSeconds[suiteProcess] = (st.UserTime() + st.SystemTime()).Seconds()
+	}
 	profErrs = append(profErrs, writeJSON(filepath.Join(out, cpuSecondsFile), p.CPUSeconds))
+	if from, to, ok := latencyWindow(r); ok {
+		if b, ok := burstOf(samples, from, to); ok {
+			p.Burst = &b
+			profErrs = append(profErrs, writeJSON(filepath.Join(out, burstFile), b))
+		}
+	}
 	if err := errors.Join(profErrs...); err != nil {
 		fmt.Fprintf(opts.Log, "bench-scale: N=%d: a profile is missing: %v\n", n, err)
 	}

@@ -19,12 +19,13 @@ import (
 const (
 	cpuSecondsFile  = "cpu-seconds.json"
 	apiRequestsFile = "kube-apiserver.requests.json"
+	burstFile       = "burst-cpu.json"
 )
 
 // ReadPoints reads back the scales measured under dir (its n-<N>/
 // directories), so runs made one N at a time render as one report. A
-// scale's CPU and API server tables are left empty where its files are
-// missing.
+// scale's CPU, burst and API server tables are left empty where its files
+// are missing.
 func ReadPoints(dir string) ([]Point, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -46,7 +47,7 @@ func ReadPoints(dir string) ([]Point, error) {
 			return nil, err
 		}
 		p := Point{N: n, Nodes: len(fleet.Nodes()), Results: r}
-		for file, into := range map[string]*map[string]float64{cpuSecondsFile: &p.CPUSeconds, apiRequestsFile: &p.APIRequests} {
+		for file, into := range map[string]any{cpuSecondsFile: &p.CPUSeconds, apiRequestsFile: &p.APIRequests, burstFile: &p.Burst} {
 			data, err := os.ReadFile(filepath.Join(sub, file))
 			if errors.Is(err, fs.ErrNotExist) {
 				continue

@@ -43,7 +43,7 @@ func Promote(src *Results, opts PromoteOptions) (*Results, error) {
 		return nil, ErrNoMeasurements
 	}
 	out := *src
-	out.Timelines = nil
+	out.Timelines, out.TimelineOrigins = nil, nil
 	out.Features = cloneFeatures(src.Features)
 	out.Measurements = append([]Measurement(nil), src.Measurements...)
 	out.Environment.GPUsByProduct = maps.Clone(src.Environment.GPUsByProduct)

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPromote(t *testing.T) {
 	run := func(statuses ...Status) *Results {
 		r := &Results{SchemaVersion: SchemaVersion, Measurements: []Measurement{Value("latency", "ready", "seconds", 1)},
-			Timelines: []Timeline{{Feature: "latency", Cluster: "c0", StatusReady: 2}}}
+			Timelines:       []Timeline{{Feature: "latency", Cluster: "c0", StatusReady: 2}},
+			TimelineOrigins: map[string]time.Time{"latency": time.Unix(1, 0)}}
 		for i, s := range statuses {
 			name := []string{"gang", "latency", "inventory"}[i]
 			r.Features = append(r.Features, Feature{Name: name, Assessments: []Assessment{{Name: "a", Status: s, Reason: "why"}}})
@@ -46,7 +48,7 @@ func TestPromote(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if base.Timelines != nil || len(base.Measurements) != 1 || base.Verdict != tc.run.Verdict {
+			if base.Timelines != nil || base.TimelineOrigins != nil || len(base.Measurements) != 1 || base.Verdict != tc.run.Verdict {
 				t.Errorf("baseline %+v, want the run's verdict and measurements without timelines", base)
 			}
 			if len(tc.run.Timelines) != 1 {

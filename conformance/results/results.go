@@ -34,6 +34,10 @@ type Results struct {
 	// Timelines are per-cluster milestones of runs worth drawing (latency),
 	// in seconds since the cluster's create; a missing milestone is -1.
 	Timelines []Timeline `json:"timelines,omitempty"`
+	// TimelineOrigins is when each feature's timelines start (its first
+	// create), so a tool that sampled the machine meanwhile (bench-scale's
+	// CPU) can line its samples up with them.
+	TimelineOrigins map[string]time.Time `json:"timelineOrigins,omitempty"`
 }
 
 // Timeline is one cluster's way from create to Ready, as watched.

@@ -53,6 +53,8 @@ func TestRoundTripAndReports(t *testing.T) {
 		},
 		Measurements: []Measurement{Distribution("latency", "create_to_ready", "seconds", []float64{1, 2, 3})},
 		Timelines:    []Timeline{{Feature: "latency", Cluster: "c0", Start: 0.1, PodGroup: 0.2, PodsCreated: 0.3, AllBound: 1.5, PodsReady: 2, StatusReady: 2.4}},
+		// Nanoseconds survive the round trip: bench-scale lines CPU samples up with it.
+		TimelineOrigins: map[string]time.Time{"latency": time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.UTC)},
 	}
 	dir := t.TempDir()
 	if err := r.Write(dir); err != nil {
