@@ -144,8 +144,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named(ControllerName).
 		For(&gpulabv1alpha1.GPUCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce), builder.WithPredicates(podChanged)).
-		Watches(&corev1.Service{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce)).
+		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, podTurned), builder.WithPredicates(podChanged)).
+		Watches(&corev1.Service{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nil)).
 		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory),
 			builder.WithPredicates(capacityChanged)).
 		WithOptions(controller.Options{
@@ -154,7 +154,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			SkipNameValidation:      &r.opts.SkipNameValidation,
 		})
 	if r.opts.VolcanoInstalled {
-		b = b.Watches(&schedulingv1beta1.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce), builder.WithPredicates(podGroupChanged))
+		b = b.Watches(&schedulingv1beta1.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, podGroupTurned), builder.WithPredicates(podGroupChanged))
 	}
 	return b.Complete(r)
 }

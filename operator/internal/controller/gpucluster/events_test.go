@@ -2,6 +2,8 @@ package gpucluster
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,11 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/poll"
 )
 
 // recordingQueue records how long each Add waits.
@@ -44,7 +49,7 @@ func TestChildCreationWaitsForTheFirstStatus(t *testing.T) {
 		APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: "c", UID: "u", Controller: &truth}}}}
 
 	const window = 1500 * time.Millisecond
-	h := ownerHandler(scheme, mapper, window)
+	h := ownerHandler(scheme, mapper, window, nil)
 	q := &recordingQueue{}
 	ctx := context.Background()
 	h.Create(ctx, event.CreateEvent{Object: pod}, q)
@@ -59,5 +64,59 @@ func TestChildCreationWaitsForTheFirstStatus(t *testing.T) {
 			t.Errorf("waits %v, want %v (create, update, delete)", q.waits, want)
 			break
 		}
+	}
+}
+
+// ownedPod is a pod of cluster name, controlled by it.
+func ownedPod(name string) *corev1.Pod {
+	truth := true
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-head", OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: gpulabv1alpha1.GroupVersion.String(), Kind: "GPUCluster", Name: name, UID: "u-" + types.UID(name), Controller: &truth}}}}
+}
+
+// TestTurningChangesGoFirst: on controller-runtime's priority queue, a
+// pod turning Ready, or deleted, wakes its cluster ahead of work queued
+// before it (new clusters' creations), while a pod only binding waits its
+// turn.
+func TestTurningChangesGoFirst(t *testing.T) {
+	scheme := k8sruntime.NewScheme()
+	if err := gpulabv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(gpulabv1alpha1.GroupVersion.WithKind("GPUCluster"), meta.RESTScopeNamespace)
+	q := priorityqueue.New[reconcile.Request]("turning-test")
+	defer q.ShutDown()
+	h := ownerHandler(scheme, mapper, time.Second, podTurned)
+	ctx := context.Background()
+	for _, name := range []string{"new-1", "new-2"} {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
+	}
+	bound, ready, deleted := ownedPod("binding"), ownedPod("ready"), ownedPod("deleted")
+	nowBound := bound.DeepCopy()
+	nowBound.Spec.NodeName = "node-1"
+	nowReady := ready.DeepCopy()
+	nowReady.Status.Phase = corev1.PodRunning
+	nowReady.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	h.Update(ctx, event.UpdateEvent{ObjectOld: bound, ObjectNew: nowBound}, q)
+	h.Update(ctx, event.UpdateEvent{ObjectOld: ready, ObjectNew: nowReady}, q)
+	h.Delete(ctx, event.DeleteEvent{Object: deleted}, q)
+
+	// The updates are batched for childEventBatch: once all five are
+	// ready, the order is the queue's, not the clock's.
+	if err := poll.Until(ctx, 10*time.Second, func() (bool, string) {
+		return q.Len() == 5, fmt.Sprintf("%d of 5 ready", q.Len())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for range 5 {
+		r, _ := q.Get()
+		q.Done(r)
+		order = append(order, r.Name)
+	}
+	want := []string{"deleted", "ready", "new-1", "new-2", "binding"}
+	if strings.Join(order, ",") != strings.Join(want, ",") {
+		t.Errorf("reconciled %v, want %v", order, want)
 	}
 }
