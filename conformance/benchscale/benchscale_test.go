@@ -233,8 +233,10 @@ func TestLatencyWindow(t *testing.T) {
 func TestBurstTable(t *testing.T) {
 	p := point(100, 10, 1)
 	p.Burst = &Burst{Seconds: 10, MachineSeconds: 20, Idle: 0.05, CPUSeconds: map[string]float64{"kube-apiserver": 11, "gpulab-operator": 1}}
+	p.AtRest = &Burst{Seconds: 10, MachineSeconds: 20, Idle: 0.8, CPUSeconds: map[string]float64{"kube-apiserver": 3}}
 	report := Markdown([]Point{point(10, 1, 1), p})
-	for _, want := range []string{"| N gangs | window s | idle | busy CPU s/gang | gpulab-operator | kube-apiserver |", "| 100 | 10.0 | 5% | 0.19 | 5% | 55% |"} {
+	for _, want := range []string{"| N gangs | window s | idle | busy CPU s/gang | gpulab-operator | kube-apiserver |",
+		"| 100 | 10.0 | 5% | 0.19 | 5% | 55% |", "| 100, at rest | 10.0 | 80% | - | - | 15% |"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}

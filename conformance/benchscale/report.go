@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,37 +92,64 @@ func Markdown(points []Point) string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString(processTable("CPU seconds per process during the suite's whole run (2 cores = 2 s per second of wall time; - where the process exited during it)",
-		points, nil, nil, func(p Point) map[string]float64 { return p.CPUSeconds }, func(_ Point, v float64) string { return fmt.Sprintf("%.1f", v) }))
-	b.WriteString(processTable("While the gangs came up, from the first create to the last Ready: the window, the machine's idle CPU, "+
-		"the busy CPU per gang of all processes, and each process's share of the machine",
-		points, []string{"window s", "idle", "busy CPU s/gang"}, burstColumns, func(p Point) map[string]float64 {
-			if p.Burst == nil {
-				return nil
+	var whole, bursts []procRow
+	for _, p := range points {
+		if p.CPUSeconds != nil {
+			row := procRow{label: strconv.Itoa(p.N), values: map[string]string{}}
+			for name, v := range p.CPUSeconds {
+				row.values[name] = fmt.Sprintf("%.1f", v)
 			}
-			return p.Burst.CPUSeconds
-		}, func(p Point, v float64) string { return fmt.Sprintf("%.0f%%", 100*v/p.Burst.MachineSeconds) }))
+			whole = append(whole, row)
+		}
+		if p.Burst != nil {
+			bursts = append(bursts, burstRow(strconv.Itoa(p.N), p.N, p.Burst))
+		}
+		if p.AtRest != nil {
+			bursts = append(bursts, burstRow(fmt.Sprintf("%d, at rest", p.N), 0, p.AtRest))
+		}
+	}
+	b.WriteString(processTable("CPU seconds per process during the suite's whole run (2 cores = 2 s per second of wall time; - where the process exited during it)",
+		nil, whole))
+	b.WriteString(processTable("While the gangs came up, from the first create to the last Ready, and at rest before the run: the window, "+
+		"the machine's idle CPU, the busy CPU per gang of all processes, and each process's share of the machine",
+		[]string{"window s", "idle", "busy CPU s/gang"}, bursts))
 	b.WriteString(requestTable(points))
 	return b.String()
 }
 
-// burstColumns are the burst table's columns before the processes.
-func burstColumns(p Point) []string {
-	busy := p.Burst.MachineSeconds * (1 - p.Burst.Idle)
-	return []string{fmt.Sprintf("%.1f", p.Burst.Seconds), fmt.Sprintf("%.0f%%", 100*p.Burst.Idle), fmt.Sprintf("%.2f", busy/float64(p.N))}
+// procRow is one row of a per-process table: its first cell, the cells
+// before the processes, and a cell per process.
+type procRow struct {
+	label  string
+	lead   []string
+	values map[string]string
 }
 
-// processTable renders a row per point, of the lead columns (titled
-// leadTitles) and a value per process; a point without values is left out.
-func processTable(title string, points []Point, leadTitles []string, lead func(Point) []string,
-	of func(Point) map[string]float64, format func(Point, float64) string) string {
+// burstRow renders a CPU window of n gangs (0: none, no per-gang cell).
+func burstRow(label string, n int, b *Burst) procRow {
+	perGang := "-"
+	if n > 0 {
+		perGang = fmt.Sprintf("%.2f", b.MachineSeconds*(1-b.Idle)/float64(n))
+	}
+	row := procRow{label: label, lead: []string{fmt.Sprintf("%.1f", b.Seconds), fmt.Sprintf("%.0f%%", 100*b.Idle), perGang}, values: map[string]string{}}
+	for name, v := range b.CPUSeconds {
+		if b.MachineSeconds > 0 {
+			row.values[name] = fmt.Sprintf("%.0f%%", 100*v/b.MachineSeconds)
+		}
+	}
+	return row
+}
+
+// processTable renders rows of the lead columns (titled leadTitles) and a
+// cell per process, "-" where a row has none; nothing without rows.
+func processTable(title string, leadTitles []string, rows []procRow) string {
 	procs := map[string]bool{}
-	for _, p := range points {
-		for name := range of(p) {
+	for _, r := range rows {
+		for name := range r.values {
 			procs[name] = true
 		}
 	}
-	if len(procs) == 0 {
+	if len(rows) == 0 {
 		return ""
 	}
 	names := slices.Sorted(maps.Keys(procs))
@@ -131,21 +159,17 @@ func processTable(title string, points []Point, leadTitles []string, lead func(P
 		b.WriteString(" " + n + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(leadTitles)+len(names)) + "\n")
-	for _, p := range points {
-		values := of(p)
-		if values == nil {
-			continue
-		}
-		fmt.Fprintf(&b, "| %d |", p.N)
-		if lead != nil {
-			b.WriteString(" " + strings.Join(lead(p), " | ") + " |")
+	for _, r := range rows {
+		b.WriteString("| " + r.label + " |")
+		for _, c := range r.lead {
+			b.WriteString(" " + c + " |")
 		}
 		for _, n := range names {
-			if v, ok := values[n]; ok {
-				b.WriteString(" " + format(p, v) + " |")
-			} else {
-				b.WriteString(" - |")
+			v, ok := r.values[n]
+			if !ok {
+				v = "-"
 			}
+			b.WriteString(" " + v + " |")
 		}
 		b.WriteString("\n")
 	}

@@ -76,13 +76,39 @@ type Point struct {
 	// (apiserver.go).
 	APIRequests map[string]float64
 	// Burst is the CPU spent while the gangs came up (nil where the run
-	// recorded no window).
-	Burst *Burst
+	// recorded no window), and AtRest the testbed's before the run, with
+	// its nodes, leases and inventories but no gangs.
+	Burst, AtRest *Burst
 }
 
 // cpuSampleInterval is how often the CPU is sampled during the suite's
 // run; the burst window is widened to whole samples.
 const cpuSampleInterval = time.Second
+
+// atRestWindow is how long the testbed's CPU at rest is sampled.
+const atRestWindow = 10 * time.Second
+
+// atRest samples the CPU of the testbed with nothing to do but keep its
+// nodes, leases and inventories: the share of the machine the burst
+// cannot have.
+func atRest(ctx context.Context, procs map[string]int) (*Burst, error) {
+	sampler := sampleCPU(procs, cpuSampleInterval)
+	timer := time.NewTimer(atRestWindow)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	samples := sampler.Stop()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, ok := burstOf(samples, samples[0].At, samples[len(samples)-1].At)
+	if !ok {
+		return nil, errors.New("no CPU samples at rest")
+	}
+	return &b, nil
+}
 
 // latencyWindow is when the latency feature's gangs came up: from its
 // first create to the last milestone seen, the last GPUCluster Ready
@@ -174,6 +200,10 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 		return nil, err
 	}
 
+	rest, err := atRest(ctx, procs)
+	if err != nil {
+		return nil, err
+	}
 	api, err := newAPIServer(tb)
 	if err != nil {
 		return nil, err
@@ -220,7 +250,8 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	if readErr != nil {
 		return nil, errors.Join(runErr, readErr)
 	}
-	p := &Point{N: n, Nodes: len(fleet.Nodes()), Results: r, CPUSeconds: map[string]float64{}}
+	p := &Point{N: n, Nodes: len(fleet.Nodes()), Results: r, CPUSeconds: map[string]float64{}, AtRest: rest}
+	profErrs = append(profErrs, writeJSON(filepath.Join(out, atRestFile), rest))
 	if requestsErr == nil {
 		p.APIRequests = delta(requestsBefore, requestsAfter)
 		profErrs = append(profErrs, writeJSON(filepath.Join(out, apiRequestsFile), p.APIRequests))

@@ -20,6 +20,7 @@ const (
 	cpuSecondsFile  = "cpu-seconds.json"
 	apiRequestsFile = "kube-apiserver.requests.json"
 	burstFile       = "burst-cpu.json"
+	atRestFile      = "at-rest-cpu.json"
 )
 
 // ReadPoints reads back the scales measured under dir (its n-<N>/
@@ -47,7 +48,7 @@ func ReadPoints(dir string) ([]Point, error) {
 			return nil, err
 		}
 		p := Point{N: n, Nodes: len(fleet.Nodes()), Results: r}
-		for file, into := range map[string]any{cpuSecondsFile: &p.CPUSeconds, apiRequestsFile: &p.APIRequests, burstFile: &p.Burst} {
+		for file, into := range map[string]any{cpuSecondsFile: &p.CPUSeconds, apiRequestsFile: &p.APIRequests, burstFile: &p.Burst, atRestFile: &p.AtRest} {
 			data, err := os.ReadFile(filepath.Join(sub, file))
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
