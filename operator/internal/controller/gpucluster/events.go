@@ -20,47 +20,49 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
 
-// childEventBatch is how long a child's change waits before it wakes its
-// cluster, so that the pods of a gang, bound and started together, cost
-// one reconcile, not one each. It adds at most this much to any phase.
+// childEventBatch is how long a child's change that may turn its gang's
+// verdict waits before it wakes its cluster, so that the pods of a gang,
+// started together, cost one reconcile, not one each. It adds at most
+// this much to any phase.
 const childEventBatch = 100 * time.Millisecond
 
 // turnPriority is the queue priority of a child's change that may turn
-// its gang's verdict (a pod Ready, failed or deleted, the PodGroup's
-// phase): under load the queue holds the creation work of every new
-// gang, and a gang that is already up should not wait behind it to be
-// reported Ready. Other changes keep the default, 0.
+// its gang's verdict: under load the queue holds the creation work of
+// every new gang, and a gang that is already up should not wait behind
+// it to be reported Ready. Other changes keep the default, 0.
 const turnPriority = 10
 
-// ownerHandler enqueues a child's controlling GPUCluster: at once for a
-// deletion, after childEventBatch for an update (further events inside the
-// window join the same reconcile), and after created for a creation.
-// Creations are almost always this controller's own: nothing waits on the
-// reconcile after them, which confirms the gang's children all exist (and
-// heals one that does not), so it waits as long as a new cluster's first
-// status write and the two are one reconcile. Deletions, and the updates
-// turns says may turn the verdict (nil: none), go ahead of other work.
-func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper, created time.Duration, turns func(event.UpdateEvent) bool) handler.EventHandler {
+// ownerHandler enqueues a child's controlling GPUCluster. A deletion, and
+// an update that turns says may turn the gang's verdict (nil: none), go
+// ahead of other work, a deletion at once and an update after
+// childEventBatch. A creation, or an update that is progress only (a pod
+// bound), waits coalesce, the status coalescing window: its write could
+// not go out sooner anyway, and a gang that comes up within the window
+// costs one reconcile. Creations are almost always this controller's
+// own: the reconcile after them confirms the gang's children all exist
+// (and heals one that does not) and writes the deferred first status.
+// Further events inside a wait join the same reconcile.
+func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper, coalesce time.Duration, turns func(event.UpdateEvent) bool) handler.EventHandler {
 	return batched{inner: handler.EnqueueRequestForOwner(scheme, mapper, &gpulabv1alpha1.GPUCluster{}, handler.OnlyControllerOwner()),
-		created: created, turns: turns}
+		coalesce: coalesce, turns: turns}
 }
 
 type batched struct {
-	inner   handler.EventHandler
-	created time.Duration
-	turns   func(event.UpdateEvent) bool
+	inner    handler.EventHandler
+	coalesce time.Duration
+	turns    func(event.UpdateEvent) bool
 }
 
 func (b batched) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	b.inner.Create(ctx, e, delayed{q, b.created, 0})
+	b.inner.Create(ctx, e, delayed{q, b.coalesce, 0})
 }
 
 func (b batched) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	priority := 0
 	if b.turns != nil && b.turns(e) {
-		priority = turnPriority
+		b.inner.Update(ctx, e, delayed{q, childEventBatch, turnPriority})
+		return
 	}
-	b.inner.Update(ctx, e, delayed{q, childEventBatch, priority})
+	b.inner.Update(ctx, e, delayed{q, b.coalesce, 0})
 }
 
 func (b batched) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -93,26 +95,36 @@ func (q delayed) Add(r reconcile.Request) {
 	q.AddAfter(r, q.by)
 }
 
-// podTurned says whether a pod's update may turn its gang's verdict: its
-// readiness or phase changed, or its deletion began.
+// podTurned says whether a pod's update may turn its gang's verdict:
+// every change podChanged passes but a binding.
 func podTurned(e event.UpdateEvent) bool {
 	was, ok1 := e.ObjectOld.(*corev1.Pod)
 	now, ok2 := e.ObjectNew.(*corev1.Pod)
-	return ok1 && ok2 && (podReady(was) != podReady(now) || was.Status.Phase != now.Status.Phase ||
-		was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero())
+	return !ok1 || !ok2 || podVerdictChanged(was, now)
 }
 
-// podGroupTurned says whether a PodGroup's phase changed.
+// podGroupTurned says whether a PodGroup's update may turn its gang's
+// verdict: every change podGroupChanged passes but the phase moving on
+// towards Running (Pending, Inqueue, Running), which is progress.
 func podGroupTurned(e event.UpdateEvent) bool {
 	was, ok1 := e.ObjectOld.(*schedulingv1beta1.PodGroup)
 	now, ok2 := e.ObjectNew.(*schedulingv1beta1.PodGroup)
-	return ok1 && ok2 && was.Status.Phase != now.Status.Phase
+	if !ok1 || !ok2 || podGroupSpecChanged(was, now) {
+		return true
+	}
+	return was.Status.Phase != now.Status.Phase && podGroupProgress[was.Status.Phase] >= podGroupProgress[now.Status.Phase]
+}
+
+// podGroupProgress orders the phases a healthy gang goes through; any
+// other phase is 0, so reaching it from one of these turns the verdict.
+var podGroupProgress = map[schedulingv1beta1.PodGroupPhase]int{
+	schedulingv1beta1.PodGroupPending: 1, schedulingv1beta1.PodGroupInqueue: 2, schedulingv1beta1.PodGroupRunning: 3,
 }
 
 // podChanged passes creations, deletions and the pod updates that can
-// change what the cluster does or reports: binding, phase, readiness,
-// deletion, and what ties the pod to its spec and group. Other writes
-// (kubelet's status details, IPs) do not wake the cluster.
+// change what the cluster does or reports: binding, and what
+// podVerdictChanged checks. Other writes (kubelet's status details, IPs)
+// do not wake the cluster.
 var podChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		was, ok1 := e.ObjectOld.(*corev1.Pod)
@@ -120,12 +132,18 @@ var podChanged = predicate.Funcs{
 		if !ok1 || !ok2 {
 			return true
 		}
-		return was.Spec.NodeName != now.Spec.NodeName || was.Status.Phase != now.Status.Phase ||
-			podReady(was) != podReady(now) || was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() ||
-			was.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] != now.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] ||
-			was.Labels[gpulabv1alpha1.GroupLabel] != now.Labels[gpulabv1alpha1.GroupLabel] ||
-			!sameController(was, now)
+		return was.Spec.NodeName != now.Spec.NodeName || podVerdictChanged(was, now)
 	},
+}
+
+// podVerdictChanged says whether the pod's phase, readiness or deletion
+// changed, or what ties it to its spec and group.
+func podVerdictChanged(was, now *corev1.Pod) bool {
+	return was.Status.Phase != now.Status.Phase ||
+		podReady(was) != podReady(now) || was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() ||
+		was.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] != now.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] ||
+		was.Labels[gpulabv1alpha1.GroupLabel] != now.Labels[gpulabv1alpha1.GroupLabel] ||
+		!sameController(was, now)
 }
 
 // podGroupChanged passes PodGroup updates that change its phase or spec
@@ -137,9 +155,14 @@ var podGroupChanged = predicate.Funcs{
 		if !ok1 || !ok2 {
 			return true
 		}
-		return was.Status.Phase != now.Status.Phase || was.Generation != now.Generation ||
-			was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() || !sameController(was, now)
+		return was.Status.Phase != now.Status.Phase || podGroupSpecChanged(was, now)
 	},
+}
+
+// podGroupSpecChanged says whether the PodGroup's spec, deletion or
+// controller changed.
+func podGroupSpecChanged(was, now *schedulingv1beta1.PodGroup) bool {
+	return was.Generation != now.Generation || was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() || !sameController(was, now)
 }
 
 func sameController(a, b client.Object) bool {

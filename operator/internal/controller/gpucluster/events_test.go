@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/poll"
@@ -32,37 +33,60 @@ func (q *recordingQueue) AddAfter(_ reconcile.Request, d time.Duration) {
 	q.waits = append(q.waits, d)
 }
 
-// TestChildCreationWaitsForTheFirstStatus: a child's creation wakes its
-// cluster after the status coalescing window, so the reconcile after the
-// cluster's own creates is the one that writes its deferred first status;
-// updates wake it after the short batch, deletions at once.
-func TestChildCreationWaitsForTheFirstStatus(t *testing.T) {
+// TestChildWaits: a child's creation, and a pod's binding (progress
+// only), wake the cluster after the status coalescing window, so the
+// reconcile after the cluster's own creates is the one that writes its
+// deferred first status, and a gang that comes up within the window costs
+// one reconcile; a change that may turn the verdict wakes it after the
+// short batch, a deletion at once.
+func TestChildWaits(t *testing.T) {
 	scheme := k8sruntime.NewScheme()
 	if err := gpulabv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	gvk := gpulabv1alpha1.GroupVersion.WithKind("GPUCluster")
 	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(gvk, meta.RESTScopeNamespace)
-	truth := true
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-head", OwnerReferences: []metav1.OwnerReference{{
-		APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: "c", UID: "u", Controller: &truth}}}}
+	mapper.Add(gpulabv1alpha1.GroupVersion.WithKind("GPUCluster"), meta.RESTScopeNamespace)
+	pod := ownedPod("c")
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "node-1"
+	ready := bound.DeepCopy()
+	ready.Status.Phase = corev1.PodRunning
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 
 	const window = 1500 * time.Millisecond
-	h := ownerHandler(scheme, mapper, window, nil)
+	h := ownerHandler(scheme, mapper, window, podTurned)
 	q := &recordingQueue{}
 	ctx := context.Background()
 	h.Create(ctx, event.CreateEvent{Object: pod}, q)
-	h.Update(ctx, event.UpdateEvent{ObjectOld: pod, ObjectNew: pod}, q)
+	h.Update(ctx, event.UpdateEvent{ObjectOld: pod, ObjectNew: bound}, q)
+	h.Update(ctx, event.UpdateEvent{ObjectOld: bound, ObjectNew: ready}, q)
 	h.Delete(ctx, event.DeleteEvent{Object: pod}, q)
-	want := []time.Duration{window, childEventBatch, 0}
-	if len(q.waits) != len(want) {
-		t.Fatalf("waits %v, want %v", q.waits, want)
+	want := []time.Duration{window, window, childEventBatch, 0}
+	if fmt.Sprint(q.waits) != fmt.Sprint(want) {
+		t.Errorf("waits %v, want %v (create, bind, Ready, delete)", q.waits, want)
 	}
-	for i := range want {
-		if q.waits[i] != want[i] {
-			t.Errorf("waits %v, want %v (create, update, delete)", q.waits, want)
-			break
+}
+
+// A PodGroup moving on towards Running is progress; leaving Running, or
+// a change to its spec or controller, may turn the verdict.
+func TestPodGroupTurned(t *testing.T) {
+	pg := func(phase schedulingv1beta1.PodGroupPhase, generation int64) *schedulingv1beta1.PodGroup {
+		return &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Generation: generation}, Status: schedulingv1beta1.PodGroupStatus{Phase: phase}}
+	}
+	for _, tc := range []struct {
+		was, now *schedulingv1beta1.PodGroup
+		turned   bool
+	}{
+		{pg(schedulingv1beta1.PodGroupPending, 1), pg(schedulingv1beta1.PodGroupInqueue, 1), false},
+		{pg(schedulingv1beta1.PodGroupInqueue, 1), pg(schedulingv1beta1.PodGroupRunning, 1), false},
+		{pg("", 1), pg(schedulingv1beta1.PodGroupPending, 1), false},
+		{pg(schedulingv1beta1.PodGroupRunning, 1), pg(schedulingv1beta1.PodGroupPending, 1), true},
+		{pg(schedulingv1beta1.PodGroupRunning, 1), pg(schedulingv1beta1.PodGroupUnknown, 1), true},
+		{pg(schedulingv1beta1.PodGroupInqueue, 1), pg(schedulingv1beta1.PodGroupInqueue, 2), true},
+	} {
+		if got := podGroupTurned(event.UpdateEvent{ObjectOld: tc.was, ObjectNew: tc.now}); got != tc.turned {
+			t.Errorf("%q (generation %d) -> %q (generation %d): turned %v, want %v",
+				tc.was.Status.Phase, tc.was.Generation, tc.now.Status.Phase, tc.now.Generation, got, tc.turned)
 		}
 	}
 }
