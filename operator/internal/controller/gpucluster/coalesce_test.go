@@ -110,51 +110,6 @@ func TestFastGangCostsOneStatusWrite(t *testing.T) {
 	})
 }
 
-// TestProgressWaitsFromItsSighting: long after the last status write, a
-// pod turning Ready (progress) is not written at once but waits the window
-// from when it was seen, so the rest of the gang turning Ready inside it
-// makes one write, Ready, not two.
-func TestProgressWaitsFromItsSighting(t *testing.T) {
-	c := needEnv(t)
-	const window = 3 * time.Second
-	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{StatusCoalesce: window})
-	ns := testutil.NewNamespace(t, c)
-	pods := createWithPods(t, c, ns, "late", 2)
-	for i := range pods {
-		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i))
-	}
-	testutil.Eventually(t, waitTimeout, "Provisioning", func() (bool, string) {
-		got := testutil.GetCluster(t, c, ns, "late")
-		return got.Status.Phase == gpulabv1alpha1.ClusterProvisioning, fmt.Sprintf("phase %q", got.Status.Phase)
-	})
-	// Let the window since that write pass: the clock is what is waited on.
-	provisioned := time.Now()
-	testutil.Eventually(t, 2*window, "the window to pass", func() (bool, string) {
-		return time.Since(provisioned) > window, "waiting"
-	})
-	writesBefore := m.Traffic.Count("PUT gpuclusters/status")
-	seen := time.Now()
-	markReady(t, c, &pods[0])
-	// The operator sees the first pod Ready (its wake is 100 ms) before the
-	// rest turn Ready, well inside the window.
-	testutil.Eventually(t, window, "the first pod's wake", func() (bool, string) {
-		return time.Since(seen) > 500*time.Millisecond, "waiting"
-	})
-	for i := 1; i < len(pods); i++ {
-		markReady(t, c, &pods[i])
-	}
-	if since := time.Since(seen); since > window-time.Second {
-		t.Skipf("marking the pods Ready took %s, too close to the %s window to tell", since, window)
-	}
-	testutil.Eventually(t, waitTimeout, "Ready", func() (bool, string) {
-		got := testutil.GetCluster(t, c, ns, "late")
-		return got.Status.Phase == gpulabv1alpha1.ClusterReady, fmt.Sprintf("phase %q", got.Status.Phase)
-	})
-	if n := m.Traffic.Count("PUT gpuclusters/status") - writesBefore; n != 1 {
-		t.Errorf("%d status writes for a gang turning Ready inside one window, want 1 (Ready, carrying the first pod)", n)
-	}
-}
-
 // createWithPods creates a cluster of workers × 1 GPU and a head, placed
 // by the default scheduler (the test binds its pods), and returns its pods
 // once they all exist.

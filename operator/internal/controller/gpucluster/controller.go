@@ -83,10 +83,10 @@ type Reconciler struct {
 	events    recorder.EventRecorder
 	metrics   *metrics.Clusters
 	opts      Options
-	// progressSince holds when each cluster's oldest change not yet
-	// written was seen, and pendingScheduled the scheduled time a deferred
-	// write saw, for coalescing progress writes (status.go).
-	progressSince, pendingScheduled sync.Map
+	// lastStatusWrite holds when each cluster's status was last written,
+	// and pendingScheduled the scheduled time a deferred write saw, for
+	// coalescing progress writes (status.go).
+	lastStatusWrite, pendingScheduled sync.Map
 	// namespaceGone holds the UID of each cluster whose namespace refused
 	// a create because it is terminating. A namespace never stops
 	// terminating, so such a cluster creates nothing more: otherwise every
@@ -144,7 +144,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named(ControllerName).
 		For(&gpulabv1alpha1.GPUCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, podTurned), builder.WithPredicates(podChanged)).
+		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, r.podTurned), builder.WithPredicates(podChanged)).
 		Watches(&corev1.Service{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nil)).
 		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory),
 			builder.WithPredicates(capacityChanged)).
@@ -245,7 +245,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.Forget(req.NamespacedName)
-			r.progressSince.Delete(req.NamespacedName)
+			r.lastStatusWrite.Delete(req.NamespacedName)
 			r.pendingScheduled.Delete(req.NamespacedName)
 			r.namespaceGone.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil

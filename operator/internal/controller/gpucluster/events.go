@@ -36,13 +36,14 @@ const turnPriority = 10
 // an update that turns says may turn the gang's verdict (nil: none), go
 // ahead of other work, a deletion at once and an update after
 // childEventBatch. A creation, or an update that is progress only (a pod
-// bound), waits coalesce, the status coalescing window: its write could
-// not go out sooner anyway, and a gang that comes up within the window
-// costs one reconcile. Creations are almost always this controller's
-// own: the reconcile after them confirms the gang's children all exist
-// (and heals one that does not) and writes the deferred first status.
-// Further events inside a wait join the same reconcile.
-func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper, coalesce time.Duration, turns func(event.UpdateEvent) bool) handler.EventHandler {
+// bound, or Ready before the rest of its gang), waits coalesce, the status
+// coalescing window, in turn with other work: the gang's progress is then
+// one reconcile, and under load, where the queue is long, often one with
+// its Ready. Creations are almost always this controller's own: the
+// reconcile after them confirms the gang's children all exist (and heals
+// one that does not) and writes the deferred first status. Further
+// events inside a wait join the same reconcile.
+func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper, coalesce time.Duration, turns func(context.Context, event.UpdateEvent) bool) handler.EventHandler {
 	return batched{inner: handler.EnqueueRequestForOwner(scheme, mapper, &gpulabv1alpha1.GPUCluster{}, handler.OnlyControllerOwner()),
 		coalesce: coalesce, turns: turns}
 }
@@ -50,7 +51,7 @@ func ownerHandler(scheme *runtime.Scheme, mapper meta.RESTMapper, coalesce time.
 type batched struct {
 	inner    handler.EventHandler
 	coalesce time.Duration
-	turns    func(event.UpdateEvent) bool
+	turns    func(context.Context, event.UpdateEvent) bool
 }
 
 func (b batched) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -58,7 +59,7 @@ func (b batched) Create(ctx context.Context, e event.CreateEvent, q workqueue.Ty
 }
 
 func (b batched) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if b.turns != nil && b.turns(e) {
+	if b.turns != nil && b.turns(ctx, e) {
 		b.inner.Update(ctx, e, delayed{q, childEventBatch, turnPriority})
 		return
 	}
@@ -95,18 +96,56 @@ func (q delayed) Add(r reconcile.Request) {
 	q.AddAfter(r, q.by)
 }
 
-// podTurned says whether a pod's update may turn its gang's verdict:
-// every change podChanged passes but a binding.
-func podTurned(e event.UpdateEvent) bool {
+// podTurned says whether a pod's update may turn its gang's verdict: its
+// phase, readiness lost, deletion, or what ties it to its spec and group;
+// a pod turning Ready only when it makes the gang whole, so that under
+// load the gang's earlier pods wait their turn with its other progress and
+// their changes are one reconcile, while the last one is not reported late.
+func (r *Reconciler) podTurned(ctx context.Context, e event.UpdateEvent) bool {
 	was, ok1 := e.ObjectOld.(*corev1.Pod)
 	now, ok2 := e.ObjectNew.(*corev1.Pod)
-	return !ok1 || !ok2 || podVerdictChanged(was, now)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if !podReady(was) && podReady(now) && now.Status.Phase == corev1.PodRunning {
+		return r.gangWhole(ctx, now)
+	}
+	return podVerdictChanged(was, now)
+}
+
+// gangWhole says whether every pod the controlling cluster of pod wants is
+// Running and Ready, as the cache has them (the informer stores a change
+// before its handlers see it).
+func (r *Reconciler) gangWhole(ctx context.Context, pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.Kind != "GPUCluster" {
+		return false
+	}
+	cluster := &gpulabv1alpha1.GPUCluster{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, cluster); err != nil || cluster.UID != owner.UID {
+		return false
+	}
+	want := 1
+	for _, g := range cluster.Spec.WorkerGroups {
+		want += int(g.Replicas)
+	}
+	pods, err := r.listPods(ctx, cluster)
+	if err != nil {
+		return false
+	}
+	ready := 0
+	for i := range pods {
+		if pods[i].DeletionTimestamp.IsZero() && pods[i].Status.Phase == corev1.PodRunning && podReady(&pods[i]) {
+			ready++
+		}
+	}
+	return ready >= want
 }
 
 // podGroupTurned says whether a PodGroup's update may turn its gang's
 // verdict: every change podGroupChanged passes but the phase moving on
 // towards Running (Pending, Inqueue, Running), which is progress.
-func podGroupTurned(e event.UpdateEvent) bool {
+func podGroupTurned(_ context.Context, e event.UpdateEvent) bool {
 	was, ok1 := e.ObjectOld.(*schedulingv1beta1.PodGroup)
 	now, ok2 := e.ObjectNew.(*schedulingv1beta1.PodGroup)
 	if !ok1 || !ok2 || podGroupSpecChanged(was, now) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -40,12 +41,6 @@ func (q *recordingQueue) AddAfter(_ reconcile.Request, d time.Duration) {
 // one reconcile; a change that may turn the verdict wakes it after the
 // short batch, a deletion at once.
 func TestChildWaits(t *testing.T) {
-	scheme := k8sruntime.NewScheme()
-	if err := gpulabv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(gpulabv1alpha1.GroupVersion.WithKind("GPUCluster"), meta.RESTScopeNamespace)
 	pod := ownedPod("c")
 	bound := pod.DeepCopy()
 	bound.Spec.NodeName = "node-1"
@@ -54,7 +49,7 @@ func TestChildWaits(t *testing.T) {
 	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 
 	const window = 1500 * time.Millisecond
-	h := ownerHandler(scheme, mapper, window, podTurned)
+	h := testOwnerHandler(t, window)
 	q := &recordingQueue{}
 	ctx := context.Background()
 	h.Create(ctx, event.CreateEvent{Object: pod}, q)
@@ -84,11 +79,29 @@ func TestPodGroupTurned(t *testing.T) {
 		{pg(schedulingv1beta1.PodGroupRunning, 1), pg(schedulingv1beta1.PodGroupUnknown, 1), true},
 		{pg(schedulingv1beta1.PodGroupInqueue, 1), pg(schedulingv1beta1.PodGroupInqueue, 2), true},
 	} {
-		if got := podGroupTurned(event.UpdateEvent{ObjectOld: tc.was, ObjectNew: tc.now}); got != tc.turned {
+		if got := podGroupTurned(context.Background(), event.UpdateEvent{ObjectOld: tc.was, ObjectNew: tc.now}); got != tc.turned {
 			t.Errorf("%q (generation %d) -> %q (generation %d): turned %v, want %v",
 				tc.was.Status.Phase, tc.was.Generation, tc.now.Status.Phase, tc.now.Generation, got, tc.turned)
 		}
 	}
+}
+
+// testOwnerHandler is the pods' handler with readyTurns.
+func testOwnerHandler(t *testing.T, coalesce time.Duration) handler.EventHandler {
+	t.Helper()
+	scheme := k8sruntime.NewScheme()
+	if err := gpulabv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(gpulabv1alpha1.GroupVersion.WithKind("GPUCluster"), meta.RESTScopeNamespace)
+	return ownerHandler(scheme, mapper, coalesce, readyTurns)
+}
+
+// readyTurns stands in for podTurned (whose gang check reads the API, see
+// turned_test.go): a pod Ready turns the verdict.
+func readyTurns(_ context.Context, e event.UpdateEvent) bool {
+	return podReady(e.ObjectNew.(*corev1.Pod))
 }
 
 // ownedPod is a pod of cluster name, controlled by it.
@@ -99,19 +112,13 @@ func ownedPod(name string) *corev1.Pod {
 }
 
 // TestTurningChangesGoFirst: on controller-runtime's priority queue, a
-// pod turning Ready, or deleted, wakes its cluster ahead of work queued
-// before it (new clusters' creations), while a pod only binding waits its
-// turn.
+// change that turns a gang's verdict (here a pod turning Ready), or a
+// deletion, wakes its cluster ahead of work queued before it (new
+// clusters' creations), while a pod only binding waits its turn.
 func TestTurningChangesGoFirst(t *testing.T) {
-	scheme := k8sruntime.NewScheme()
-	if err := gpulabv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(gpulabv1alpha1.GroupVersion.WithKind("GPUCluster"), meta.RESTScopeNamespace)
 	q := priorityqueue.New[reconcile.Request]("turning-test")
 	defer q.ShutDown()
-	h := ownerHandler(scheme, mapper, time.Second, podTurned)
+	h := testOwnerHandler(t, time.Second)
 	ctx := context.Background()
 	for _, name := range []string{"new-1", "new-2"} {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})

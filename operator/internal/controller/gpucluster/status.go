@@ -28,21 +28,24 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	old := s.cluster.Status.DeepCopy()
 	next := computeStatus(s, r.seeded(key, old), metav1.Now())
 	if equality.Semantic.DeepEqual(*old, next) {
-		// Nothing waits to be written (a change seen earlier went back).
-		r.progressSince.Delete(key)
 		r.metrics.SetPhase(key, string(next.Phase))
 		return nil
 	}
-	// Progress, and a new cluster's first status on its way, wait the
-	// window from when they were first seen: what comes meanwhile (the
-	// rest of the gang Ready) joins the same write.
-	if !urgent(old, &next) || starting(old, &next) {
-		since, _ := r.progressSince.LoadOrStore(key, time.Now())
-		if wait := time.Until(since.(time.Time).Add(r.opts.StatusCoalesce)); wait > 0 {
-			// The first-seen times are kept for the write that comes.
-			r.pendingScheduled.Store(key, next.ScheduledTime)
-			s.statusDeferred = wait
-			return nil
+	progress := !urgent(old, &next)
+	if !progress && starting(old, &next) {
+		// A new cluster's first status waits too, from when it was first
+		// seen: a gang Ready within the window costs one write.
+		r.lastStatusWrite.LoadOrStore(key, time.Now())
+		progress = true
+	}
+	if progress {
+		if last, ok := r.lastStatusWrite.Load(key); ok {
+			if wait := time.Until(last.(time.Time).Add(r.opts.StatusCoalesce)); wait > 0 {
+				// The first-seen times are kept for the write that comes.
+				r.pendingScheduled.Store(key, next.ScheduledTime)
+				s.statusDeferred = wait
+				return nil
+			}
 		}
 	}
 	updated := s.cluster.DeepCopy()
@@ -66,7 +69,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
-	r.progressSince.Delete(key)
+	r.lastStatusWrite.Store(key, time.Now())
 	r.pendingScheduled.Delete(key)
 	r.recordTransitions(s.cluster, old, &next)
 	return nil
@@ -85,16 +88,15 @@ func (r *Reconciler) seeded(key client.ObjectKey, old *gpulabv1alpha1.GPUCluster
 	return seed
 }
 
-// DefaultStatusCoalesce is how long a progress change waits from when it
-// was first seen, so that a gang's pods binding and starting one by one
-// cost one write, not one each: pod counts, the PodGroup's phase,
-// messages, the GangScheduled and HeadReady steps, and the step from
-// Scheduling to Provisioning (all bound, not yet Ready), whose first-seen
-// time is kept meanwhile. A new cluster's first status, while it is on its
-// way, waits as long from when the cluster was first seen. Every other
-// phase change, Ready among them, and the other condition verdicts are
-// written at once, with whatever progress was waiting: they are what
-// users, alerts and the latency measurements wait for.
+// DefaultStatusCoalesce is how long after a status write a progress
+// change waits, so that a gang's pods binding and starting one by one cost
+// one write, not one each: pod counts, the PodGroup's phase, messages,
+// the GangScheduled and HeadReady steps, and the step from Scheduling to
+// Provisioning (all bound, not yet Ready), whose first-seen time is kept
+// meanwhile. A new cluster's first status, while it is on its way, waits
+// as long from when the cluster was first seen. Every other phase change,
+// Ready among them, and the other condition verdicts are written at once:
+// they are what users, alerts and the latency measurements wait for.
 const DefaultStatusCoalesce = time.Second
 
 // progressConditions change as a healthy gang comes up; the Ready
