@@ -33,8 +33,8 @@ const childEventBatch = 100 * time.Millisecond
 const turnPriority = 10
 
 // ownerHandler enqueues a child's controlling GPUCluster. A deletion, and
-// an update that turns says may turn the gang's verdict (nil: none), go
-// ahead of other work, a deletion at once and an update after
+// an update for which turns (nil: never) says it may turn the gang's
+// verdict, go ahead of other work, a deletion at once and an update after
 // childEventBatch. A creation, or an update that is progress only (a pod
 // bound, or Ready before the rest of its gang), waits coalesce, the status
 // coalescing window, in turn with other work: the gang's progress is then
@@ -115,7 +115,8 @@ func (r *Reconciler) podTurned(ctx context.Context, e event.UpdateEvent) bool {
 
 // gangWhole says whether every pod the controlling cluster of pod wants is
 // Running and Ready, as the cache has them (the informer stores a change
-// before its handlers see it).
+// before its handlers see it). A wrong answer moves only when the
+// reconcile comes, never what it does.
 func (r *Reconciler) gangWhole(ctx context.Context, pod *corev1.Pod) bool {
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || owner.Kind != "GPUCluster" {
