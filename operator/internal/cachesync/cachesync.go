@@ -20,9 +20,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -47,6 +49,8 @@ type Client struct {
 	written   map[schema.GroupVersionKind]map[types.NamespacedName]entry
 	lastSweep time.Time
 	now       func() time.Time
+	// labelIndexes maps a cache index to the label it holds (LabelIndex).
+	labelIndexes map[string]string
 }
 
 type entry struct {
@@ -56,7 +60,50 @@ type entry struct {
 
 // NewClient wraps c, usually a manager's cache-backed client.
 func NewClient(c client.Client) *Client {
-	return &Client{Client: c, written: map[schema.GroupVersionKind]map[types.NamespacedName]entry{}, now: time.Now}
+	return &Client{Client: c, written: map[schema.GroupVersionKind]map[types.NamespacedName]entry{}, now: time.Now, labelIndexes: map[string]string{}}
+}
+
+// LabelIndex registers a cache index of obj's kind that holds each
+// object's value of label, so that a List selecting field=value (served
+// from the index, not a scan of the namespace) still shows the objects
+// written here and not cached yet whose label is value. Call it before
+// the cache starts.
+func (c *Client) LabelIndex(ctx context.Context, indexer client.FieldIndexer, obj client.Object, field, label string) error {
+	if err := indexer.IndexField(ctx, obj, field, func(o client.Object) []string {
+		if v, ok := o.GetLabels()[label]; ok {
+			return []string{v}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing by label %s: %w", label, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.labelIndexes[field] = label
+	return nil
+}
+
+// labelSelectorFor turns a field selector of exact matches on label
+// indexes into the label selector it stands for, added to selector; false
+// when it selects on anything else.
+func (c *Client) labelSelectorFor(fs fields.Selector, selector labels.Selector) (labels.Selector, bool) {
+	if selector == nil {
+		selector = labels.Everything()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range fs.Requirements() {
+		label, ok := c.labelIndexes[r.Field]
+		if !ok || (r.Operator != selection.Equals && r.Operator != selection.DoubleEquals) {
+			return nil, false
+		}
+		req, err := labels.NewRequirement(label, selection.Equals, []string{r.Value})
+		if err != nil {
+			return nil, false
+		}
+		selector = selector.Add(*req)
+	}
+	return selector, true
 }
 
 // Track follows the informers of the kinds this client writes, so a
@@ -166,8 +213,13 @@ func (c *Client) List(ctx context.Context, list client.ObjectList, opts ...clien
 			items[i], changed = w, true
 		}
 	}
-	if lo.FieldSelector == nil || lo.FieldSelector.Empty() {
-		for _, w := range c.unseen(gvk, lo.Namespace, lo.LabelSelector, seen) {
+	selector, overlay := lo.LabelSelector, true
+	if lo.FieldSelector != nil && !lo.FieldSelector.Empty() {
+		// Only an index that stands for a label can be checked here.
+		selector, overlay = c.labelSelectorFor(lo.FieldSelector, lo.LabelSelector)
+	}
+	if overlay {
+		for _, w := range c.unseen(gvk, lo.Namespace, selector, seen) {
 			items, changed = append(items, w), true
 		}
 	}

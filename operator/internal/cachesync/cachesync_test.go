@@ -189,6 +189,20 @@ func TestListsPodsItCreated(t *testing.T) {
 	if got := names(client.InNamespace(ns), client.MatchingFields{"spec.nodeName": ""}); slices.Contains(got, ns+"/a-1") {
 		t.Errorf("a field-selected list gained an object the index never saw: %v", got)
 	}
+	// An index that holds the cluster label stands for that label: the
+	// pods created here and not cached yet are listed by it too. (The
+	// lagging reader ignores field selectors: the cached a-0 is there.)
+	indexer := &recordingIndexer{}
+	if err := c.LabelIndex(ctx, indexer, &corev1.Pod{}, "by-cluster", gpulabv1alpha1.ClusterLabel); err != nil {
+		t.Fatal(err)
+	}
+	if v := indexer.fn(pod(ns, "x", mine)); len(v) != 1 || v[0] != "a" {
+		t.Errorf("the index holds %v for a pod labelled a", v)
+	}
+	got = names(client.InNamespace(ns), client.MatchingFields{"by-cluster": "a"})
+	if !slices.Contains(got, ns+"/a-1") || slices.Contains(got, ns+"/b-0") {
+		t.Errorf("listed by the label index %v, want the created a-1 and not b-0", got)
+	}
 
 	// Deleting forgets the write: the cache is the truth again.
 	if err := c.Delete(ctx, pod(ns, "a-1", mine)); err != nil {
@@ -197,6 +211,14 @@ func TestListsPodsItCreated(t *testing.T) {
 	if got := names(client.InNamespace(ns), client.MatchingLabels(mine)); slices.Contains(got, ns+"/a-1") {
 		t.Errorf("a deleted pod still listed: %v", got)
 	}
+}
+
+// recordingIndexer keeps the function an index is registered with.
+type recordingIndexer struct{ fn client.IndexerFunc }
+
+func (r *recordingIndexer) IndexField(_ context.Context, _ client.Object, _ string, fn client.IndexerFunc) error {
+	r.fn = fn
+	return nil
 }
 
 func TestForgetsAfterTTL(t *testing.T) {

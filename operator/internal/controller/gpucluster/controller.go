@@ -42,6 +42,10 @@ const ControllerName = "gpucluster"
 // for any), so an inventory change wakes only the clusters it can affect.
 const productIndex = "gpulab.io/gpu-product"
 
+// podClusterIndex indexes pods by their cluster label, so a cluster's pods
+// are listed without scanning its namespace's.
+const podClusterIndex = "gpulab.io/cluster"
+
 // recheckCapacity is how often a cluster that cannot fit is re-checked when
 // capacity comes from node allocatable, which no watch of ours reports.
 const recheckCapacity = 30 * time.Second
@@ -129,6 +133,9 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpulabv1alpha1.GPUCluster{}, productIndex, indexProducts); err != nil {
 		return fmt.Errorf("indexing GPUClusters by product: %w", err)
+	}
+	if err := r.writes.LabelIndex(ctx, mgr.GetFieldIndexer(), &corev1.Pod{}, podClusterIndex, gpulabv1alpha1.ClusterLabel); err != nil {
+		return err
 	}
 	written := []client.Object{&gpulabv1alpha1.GPUCluster{}, &corev1.Pod{}, &corev1.Service{}}
 	if r.opts.VolcanoInstalled {

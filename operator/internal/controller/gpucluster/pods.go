@@ -23,8 +23,10 @@ import (
 
 func (r *Reconciler) listPods(ctx context.Context, cluster *gpulabv1alpha1.GPUCluster) ([]corev1.Pod, error) {
 	var pods corev1.PodList
+	// From the index, not a scan of the namespace: one namespace may hold
+	// thousands of pods.
 	if err := r.client.List(ctx, &pods, client.InNamespace(cluster.Namespace),
-		client.MatchingLabels{gpulabv1alpha1.ClusterLabel: cluster.Name}); err != nil {
+		client.MatchingFields{podClusterIndex: cluster.Name}); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	// Only pods this cluster controls: a user's pod with our label is not ours.

@@ -1,10 +1,12 @@
 package gpucluster_test
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -14,8 +16,8 @@ import (
 )
 
 // TestOnlyTheLastReadyPodTurnsTheGang: a pod turning Ready goes ahead of
-// queued work only when it makes its gang whole, as the API has the
-// gang's pods; the earlier ones, and a binding, are progress. Readiness
+// queued work only when it makes its gang whole, as the cache has the
+// gang's pods (read through the operator's index); the earlier ones, and a binding, are progress. Readiness
 // lost and a deletion begun turn the verdict.
 func TestOnlyTheLastReadyPodTurnsTheGang(t *testing.T) {
 	c := needEnv(t)
@@ -37,7 +39,19 @@ func TestOnlyTheLastReadyPodTurnsTheGang(t *testing.T) {
 		}
 		pods = append(pods, pod)
 	}
-	turned := gpucluster.PodTurned(c)
+	turned, cached, err := gpucluster.PodTurned(ctx, env.Config, c.Scheme())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// seen waits until the cache holds pod as the API does.
+	seen := func(pod *corev1.Pod) {
+		t.Helper()
+		testutil.Eventually(t, waitTimeout, "the cache to see "+pod.Name, func() (bool, string) {
+			got := &corev1.Pod{}
+			err := cached.Get(ctx, client.ObjectKeyFromObject(pod), got)
+			return err == nil && got.ResourceVersion == pod.ResourceVersion, fmt.Sprintf("%v", err)
+		})
+	}
 	// readyNow marks pod Running and Ready in the API and returns the
 	// update the informer would deliver.
 	readyNow := func(pod *corev1.Pod) event.UpdateEvent {
@@ -50,10 +64,14 @@ func TestOnlyTheLastReadyPodTurnsTheGang(t *testing.T) {
 		}
 		return event.UpdateEvent{ObjectOld: was, ObjectNew: pod.DeepCopy()}
 	}
-	if turned(ctx, readyNow(pods[0])) {
+	first := readyNow(pods[0])
+	seen(pods[0])
+	if turned(ctx, first) {
 		t.Error("the first of two pods turning Ready turned the gang")
 	}
-	if !turned(ctx, readyNow(pods[1])) {
+	last := readyNow(pods[1])
+	seen(pods[1])
+	if !turned(ctx, last) {
 		t.Error("the pod that made the gang whole did not turn it")
 	}
 
