@@ -151,7 +151,7 @@ func TestReadPointsFromSavedScales(t *testing.T) {
 			if err := writeJSON(filepath.Join(sub, cpuSecondsFile), p.CPUSeconds); err != nil {
 				t.Fatal(err)
 			}
-			if err := writeJSON(filepath.Join(sub, burstFile), Burst{Seconds: 3, MachineSeconds: 6}); err != nil {
+			if err := writeJSON(filepath.Join(sub, burstFile), CPUWindow{Seconds: 3, MachineSeconds: 6}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -188,7 +188,7 @@ func TestParseMachineStat(t *testing.T) {
 
 // The burst is widened to the samples around it, and a process that was
 // not sampled at both ends has no share.
-func TestBurstOfSamples(t *testing.T) {
+func TestWindowOfSamples(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	sample := func(s int, busy float64, procs map[string]float64) cpuSample {
 		return cpuSample{At: t0.Add(time.Duration(s) * time.Second), Procs: procs, Busy: busy, Total: 2 * float64(s)}
@@ -200,14 +200,14 @@ func TestBurstOfSamples(t *testing.T) {
 		sample(3, 4.5, map[string]float64{"api": 2.5, "suite": 0.3}),
 		sample(4, 5, map[string]float64{"api": 2.6, "suite": 0.4}),
 	}
-	b, ok := burstOf(samples, t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond))
+	b, ok := windowOf(samples, t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond))
 	if !ok || b.Seconds != 2 || b.MachineSeconds != 4 || b.Idle != 0.125 || b.CPUSeconds["api"] != 2 {
 		t.Fatalf("burst = %+v, %v; want samples 1 to 3: 2 s, 4 machine-s, 12.5%% idle, api 2 s", b, ok)
 	}
 	if _, ok := b.CPUSeconds["suite"]; ok {
 		t.Errorf("a process first sampled inside the window has a share: %v", b.CPUSeconds)
 	}
-	if _, ok := burstOf(samples, t0.Add(time.Second), t0.Add(5*time.Second)); ok {
+	if _, ok := windowOf(samples, t0.Add(time.Second), t0.Add(5*time.Second)); ok {
 		t.Error("a window that outlasts the samples has a burst")
 	}
 }
@@ -232,8 +232,8 @@ func TestLatencyWindow(t *testing.T) {
 
 func TestBurstTable(t *testing.T) {
 	p := point(100, 10, 1)
-	p.Burst = &Burst{Seconds: 10, MachineSeconds: 20, Idle: 0.05, CPUSeconds: map[string]float64{"kube-apiserver": 11, "gpulab-operator": 1}}
-	p.AtRest = &Burst{Seconds: 10, MachineSeconds: 20, Idle: 0.8, CPUSeconds: map[string]float64{"kube-apiserver": 3}}
+	p.Burst = &CPUWindow{Seconds: 10, MachineSeconds: 20, Idle: 0.05, CPUSeconds: map[string]float64{"kube-apiserver": 11, "gpulab-operator": 1}}
+	p.AtRest = &CPUWindow{Seconds: 10, MachineSeconds: 20, Idle: 0.8, CPUSeconds: map[string]float64{"kube-apiserver": 3}}
 	report := Markdown([]Point{point(10, 1, 1), p})
 	for _, want := range []string{"| N gangs | window s | idle | busy CPU s/gang | gpulab-operator | kube-apiserver |",
 		"| 100 | 10.0 | 5% | 0.19 | 5% | 55% |", "| 100, at rest | 10.0 | 80% | - | - | 15% |"} {

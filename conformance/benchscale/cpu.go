@@ -140,10 +140,10 @@ func parseMachineStat(line string) (busy, total float64, ok bool) {
 	return float64(sum-idle) / clockTicks, float64(sum) / clockTicks, true
 }
 
-// Burst is what the machine's CPU did while the latency feature's gangs
-// came up: from the first create to the last GPUCluster Ready, widened to
-// the samples either side (at most one interval each way).
-type Burst struct {
+// CPUWindow is what the machine's CPU did in a window of time (the burst,
+// or the testbed at rest), widened to the samples either side (at most one
+// interval each way).
+type CPUWindow struct {
 	Seconds float64 `json:"seconds"`
 	// CPUSeconds is each process's CPU in the window.
 	CPUSeconds map[string]float64 `json:"cpuSeconds"`
@@ -153,10 +153,10 @@ type Burst struct {
 	Idle           float64 `json:"idle"`
 }
 
-// burstOf is the CPU spent between from and to: the last sample at or
+// windowOf is the CPU spent between from and to: the last sample at or
 // before from to the first at or after to. False without samples on both
 // sides.
-func burstOf(samples []cpuSample, from, to time.Time) (Burst, bool) {
+func windowOf(samples []cpuSample, from, to time.Time) (CPUWindow, bool) {
 	first, last := -1, -1
 	for i, s := range samples {
 		if !s.At.After(from) {
@@ -167,10 +167,10 @@ func burstOf(samples []cpuSample, from, to time.Time) (Burst, bool) {
 		}
 	}
 	if first < 0 || last < 0 || last <= first {
-		return Burst{}, false
+		return CPUWindow{}, false
 	}
 	a, b := samples[first], samples[last]
-	out := Burst{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: map[string]float64{}, MachineSeconds: b.Total - a.Total}
+	out := CPUWindow{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: map[string]float64{}, MachineSeconds: b.Total - a.Total}
 	if out.MachineSeconds > 0 {
 		out.Idle = 1 - (b.Busy-a.Busy)/out.MachineSeconds
 	}

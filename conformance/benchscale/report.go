@@ -102,10 +102,10 @@ func Markdown(points []Point) string {
 			whole = append(whole, row)
 		}
 		if p.Burst != nil {
-			bursts = append(bursts, burstRow(strconv.Itoa(p.N), p.N, p.Burst))
+			bursts = append(bursts, windowRow(strconv.Itoa(p.N), p.N, p.Burst))
 		}
 		if p.AtRest != nil {
-			bursts = append(bursts, burstRow(fmt.Sprintf("%d, at rest", p.N), 0, p.AtRest))
+			bursts = append(bursts, windowRow(fmt.Sprintf("%d, at rest", p.N), 0, p.AtRest))
 		}
 	}
 	b.WriteString(processTable("CPU seconds per process during the suite's whole run (2 cores = 2 s per second of wall time; - where the process exited during it)",
@@ -125,8 +125,8 @@ type procRow struct {
 	values map[string]string
 }
 
-// burstRow renders a CPU window of n gangs (0: none, no per-gang cell).
-func burstRow(label string, n int, b *Burst) procRow {
+// windowRow renders a CPU window of n gangs (0: none, no per-gang cell).
+func windowRow(label string, n int, b *CPUWindow) procRow {
 	perGang := "-"
 	if n > 0 {
 		perGang = fmt.Sprintf("%.2f", b.MachineSeconds*(1-b.Idle)/float64(n))

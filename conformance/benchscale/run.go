@@ -78,7 +78,7 @@ type Point struct {
 	// Burst is the CPU spent while the gangs came up (nil where the run
 	// recorded no window), and AtRest the testbed's before the run, with
 	// its nodes, leases and inventories but no gangs.
-	Burst, AtRest *Burst
+	Burst, AtRest *CPUWindow
 }
 
 // cpuSampleInterval is how often the CPU is sampled during the suite's
@@ -91,7 +91,7 @@ const atRestWindow = 10 * time.Second
 // atRest samples the CPU of the testbed with nothing to do but keep its
 // nodes, leases and inventories: the share of the machine the burst
 // cannot have.
-func atRest(ctx context.Context, procs map[string]int) (*Burst, error) {
+func atRest(ctx context.Context, procs map[string]int) (*CPUWindow, error) {
 	sampler := sampleCPU(procs, cpuSampleInterval)
 	timer := time.NewTimer(atRestWindow)
 	defer timer.Stop()
@@ -103,7 +103,7 @@ func atRest(ctx context.Context, procs map[string]int) (*Burst, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b, ok := burstOf(samples, samples[0].At, samples[len(samples)-1].At)
+	b, ok := windowOf(samples, samples[0].At, samples[len(samples)-1].At)
 	if !ok {
 		return nil, errors.New("no CPU samples at rest")
 	}
@@ -268,7 +268,7 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	}
 	profErrs = append(profErrs, writeJSON(filepath.Join(out, cpuSecondsFile), p.CPUSeconds))
 	if from, to, ok := latencyWindow(r); ok {
-		if b, ok := burstOf(samples, from, to); ok {
+		if b, ok := windowOf(samples, from, to); ok {
 			p.Burst = &b
 			profErrs = append(profErrs, writeJSON(filepath.Join(out, burstFile), b))
 		}
