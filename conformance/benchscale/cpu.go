@@ -124,19 +124,17 @@ func parseMachineStat(line string) (busy, total float64, ok bool) {
 	if len(fields) < 9 || fields[0] != "cpu" {
 		return 0, 0, false
 	}
-	var ticks [8]uint64
-	for i := range ticks {
-		v, err := strconv.ParseUint(fields[i+1], 10, 64)
+	var sum, idle uint64
+	for i, f := range fields[1:9] {
+		v, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			return 0, 0, false
 		}
-		ticks[i] = v
-	}
-	var sum uint64
-	for _, v := range ticks {
 		sum += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
 	}
-	idle := ticks[3] + ticks[4]
 	return float64(sum-idle) / clockTicks, float64(sum) / clockTicks, true
 }
 

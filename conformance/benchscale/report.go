@@ -143,14 +143,14 @@ func windowRow(label string, n int, b *CPUWindow) procRow {
 // processTable renders rows of the lead columns (titled leadTitles) and a
 // cell per process, "-" where a row has none; nothing without rows.
 func processTable(title string, leadTitles []string, rows []procRow) string {
+	if len(rows) == 0 {
+		return ""
+	}
 	procs := map[string]bool{}
 	for _, r := range rows {
 		for name := range r.values {
 			procs[name] = true
 		}
-	}
-	if len(rows) == 0 {
-		return ""
 	}
 	names := slices.Sorted(maps.Keys(procs))
 	var b strings.Builder

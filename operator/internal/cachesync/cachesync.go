@@ -49,8 +49,9 @@ type Client struct {
 	written   map[schema.GroupVersionKind]map[types.NamespacedName]entry
 	lastSweep time.Time
 	now       func() time.Time
-	// labelIndexes maps a cache index to the label it holds (LabelIndex).
-	labelIndexes map[string]string
+	// labelIndexes maps each kind's cache indexes to the label each holds
+	// (LabelIndex): an index is the kind's, as in the cache.
+	labelIndexes map[schema.GroupVersionKind]map[string]string
 }
 
 type entry struct {
@@ -60,7 +61,7 @@ type entry struct {
 
 // NewClient wraps c, usually a manager's cache-backed client.
 func NewClient(c client.Client) *Client {
-	return &Client{Client: c, written: map[schema.GroupVersionKind]map[types.NamespacedName]entry{}, now: time.Now, labelIndexes: map[string]string{}}
+	return &Client{Client: c, written: map[schema.GroupVersionKind]map[types.NamespacedName]entry{}, now: time.Now, labelIndexes: map[schema.GroupVersionKind]map[string]string{}}
 }
 
 // LabelIndex registers a cache index of obj's kind that holds each
@@ -77,23 +78,30 @@ func (c *Client) LabelIndex(ctx context.Context, indexer client.FieldIndexer, ob
 	}); err != nil {
 		return fmt.Errorf("indexing by label %s: %w", label, err)
 	}
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.labelIndexes[field] = label
+	if c.labelIndexes[gvk] == nil {
+		c.labelIndexes[gvk] = map[string]string{}
+	}
+	c.labelIndexes[gvk][field] = label
 	return nil
 }
 
-// labelSelectorFor turns a field selector of exact matches on label
+// labelSelectorFor turns a field selector of exact matches on gvk's label
 // indexes into the label selector it stands for, added to selector; false
 // when it selects on anything else.
-func (c *Client) labelSelectorFor(fs fields.Selector, selector labels.Selector) (labels.Selector, bool) {
+func (c *Client) labelSelectorFor(gvk schema.GroupVersionKind, fs fields.Selector, selector labels.Selector) (labels.Selector, bool) {
 	if selector == nil {
 		selector = labels.Everything()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range fs.Requirements() {
-		label, ok := c.labelIndexes[r.Field]
+		label, ok := c.labelIndexes[gvk][r.Field]
 		if !ok || (r.Operator != selection.Equals && r.Operator != selection.DoubleEquals) {
 			return nil, false
 		}
@@ -216,7 +224,7 @@ func (c *Client) List(ctx context.Context, list client.ObjectList, opts ...clien
 	selector, overlay := lo.LabelSelector, true
 	if lo.FieldSelector != nil && !lo.FieldSelector.Empty() {
 		// Only an index that stands for a label can be checked here.
-		selector, overlay = c.labelSelectorFor(lo.FieldSelector, lo.LabelSelector)
+		selector, overlay = c.labelSelectorFor(gvk, lo.FieldSelector, lo.LabelSelector)
 	}
 	if overlay {
 		for _, w := range c.unseen(gvk, lo.Namespace, selector, seen) {

@@ -107,7 +107,7 @@ func (r *Reconciler) podTurned(ctx context.Context, e event.UpdateEvent) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	if !podReady(was) && podReady(now) && now.Status.Phase == corev1.PodRunning {
+	if !podReady(was) && runningReady(now) {
 		return r.gangWhole(ctx, now)
 	}
 	return podVerdictChanged(was, now)
@@ -136,7 +136,7 @@ func (r *Reconciler) gangWhole(ctx context.Context, pod *corev1.Pod) bool {
 	}
 	ready := 0
 	for i := range pods {
-		if pods[i].DeletionTimestamp.IsZero() && pods[i].Status.Phase == corev1.PodRunning && podReady(&pods[i]) {
+		if pods[i].DeletionTimestamp.IsZero() && runningReady(&pods[i]) {
 			ready++
 		}
 	}

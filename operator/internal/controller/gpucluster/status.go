@@ -183,7 +183,7 @@ func countPods(s *scope) podCounts {
 		if p.Spec.NodeName != "" {
 			c.bound++
 		}
-		if p.Status.Phase == corev1.PodRunning && podReady(p) {
+		if runningReady(p) {
 			c.ready++
 			c.readyByGroup[p.Labels[gpulabv1alpha1.GroupLabel]]++
 			if p.Labels[gpulabv1alpha1.GroupLabel] == gpulabv1alpha1.HeadGroupName {
@@ -349,6 +349,10 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 	}
 	return next
 }
+
+// runningReady says whether p counts towards its gang as up: Running and
+// Ready.
+func runningReady(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && podReady(p) }
 
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
