@@ -14,6 +14,7 @@ import (
 var rbacSources = []string{
 	"operator/config/rbac/role.yaml",
 	"operator/config/rbac/leader_election_role.yaml",
+	"operator/config/rbac/agent_heartbeat_role.yaml",
 	"operator/config/rbac/metrics_auth_role.yaml",
 	"operator/config/rbac/bindings.yaml",
 	"node-agent/config/rbac.yaml",

@@ -68,7 +68,7 @@ func kustomizeObjects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	for _, f := range []string{
-		"operator/config/rbac/role.yaml", "operator/config/rbac/leader_election_role.yaml",
+		"operator/config/rbac/role.yaml", "operator/config/rbac/leader_election_role.yaml", "operator/config/rbac/agent_heartbeat_role.yaml",
 		"operator/config/rbac/metrics_auth_role.yaml", "operator/config/rbac/bindings.yaml",
 		"operator/config/manager/manager.yaml",
 		"node-agent/config/serviceaccount.yaml", "node-agent/config/rbac.yaml",
@@ -184,7 +184,7 @@ func TestDefaultsMatchKustomize(t *testing.T) {
 		same(t, "readinessProbe", gc.ReadinessProbe, wc.ReadinessProbe)
 		same(t, "volumeMounts", gc.VolumeMounts, wc.VolumeMounts)
 		same(t, "args", gc.Args, []string{"--nvml=real", "--label-node=true", "--interval=30s", "--log-format=json",
-			"--metrics-bind-address=:8443", "--metrics-secure=true", "--health-probe-bind-address=:8081"})
+			"--lease-namespace=" + namespace, "--metrics-bind-address=:8443", "--metrics-secure=true", "--health-probe-bind-address=:8081"})
 		selects(t, got.Spec.Selector.MatchLabels, got.Spec.Template.Labels)
 	})
 
@@ -230,7 +230,7 @@ func TestEverythingOn(t *testing.T) {
 		ps := dep.Spec.Template.Spec
 		c := ps.Containers[0]
 		same(t, "args", c.Args, []string{"--leader-elect=false", "--metrics-bind-address=:8443", "--metrics-secure=true",
-			"--health-probe-bind-address=:8081", "--reconcile-concurrency=8", "--reconcile-timeout=2m",
+			"--health-probe-bind-address=:8081", "--reconcile-concurrency=8", "--agent-lease-namespace=" + namespace, "--reconcile-timeout=2m",
 			"--watch-namespace=team-a,team-b", "--kube-api-qps=75.5", "--kube-api-burst=150", "--zap-log-level=debug"})
 		same(t, "image", c.Image, "ghcr.io/gpulab/gpulab-operator:0.3.0-rc.1")
 		same(t, "pullPolicy", c.ImagePullPolicy, corev1.PullAlways)
@@ -254,7 +254,7 @@ func TestEverythingOn(t *testing.T) {
 		ps := ds.Spec.Template.Spec
 		c := ps.Containers[0]
 		same(t, "args", c.Args, []string{"--nvml=mock:dgx-h100", "--label-node=false", "--interval=1m", "--log-format=text",
-			"--allow-no-gpu=true", "--ignored-xids=13,31", "--advertise-capacity=true",
+			"--lease-namespace=" + namespace, "--allow-no-gpu=true", "--ignored-xids=13,31", "--advertise-capacity=true",
 			"--metrics-bind-address=:8443", "--metrics-secure=true", "--health-probe-bind-address=:8081"})
 		if ps.RuntimeClassName == nil || *ps.RuntimeClassName != "nvidia" {
 			t.Errorf("runtimeClassName %v, want nvidia", ps.RuntimeClassName)

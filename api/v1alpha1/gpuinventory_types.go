@@ -9,6 +9,21 @@ import (
 // The agent removes the annotation once it has published the cleared status.
 const ClearHealthAnnotation = "gpulab.io/clear-health"
 
+// The agent's heartbeat is a coordination.k8s.io Lease per node, as the
+// kubelet's is (KEP-589): renewing a small built-in object costs the API
+// server and every watcher of GPUInventories far less than rewriting the
+// inventory, which the agent then writes only when it changes.
+const (
+	// DefaultHeartbeatLeaseNamespace holds the agents' heartbeat Leases
+	// unless the agent and the operator are told otherwise (the chart gives
+	// both its release namespace).
+	DefaultHeartbeatLeaseNamespace = "gpulab-system"
+	// HeartbeatLeaseLabel marks a Lease as the heartbeat of the node agent
+	// of the node it names (the Lease is named after the node too). Readers
+	// select by it; the agent renews no Lease without it.
+	HeartbeatLeaseLabel = "gpulab.io/agent-heartbeat"
+)
+
 // GPUInventory is the GPU inventory of one node, named after the node and
 // written only by that node's agent (server-side apply, its own field manager).
 // It has no spec: everything in it is observed.
@@ -53,13 +68,17 @@ type GPUInventoryStatus struct {
 	// +listMapKey=index
 	GPUs []GPUDevice `json:"gpus,omitempty"`
 
-	// HeartbeatTime is when the agent last wrote this status, changed or not.
-	// Consumers stop trusting an inventory whose heartbeat is older than a
-	// few HeartbeatSeconds: its agent is gone and sick GPUs go unreported.
+	// HeartbeatTime is when the agent last wrote this status. Older agents
+	// rewrite it every HeartbeatSeconds, changed or not; newer ones write it
+	// on change (and every resync) and renew their node's heartbeat Lease
+	// (HeartbeatLeaseLabel) in between. Consumers stop trusting an inventory
+	// when neither was renewed for a few HeartbeatSeconds: its agent is gone
+	// and sick GPUs go unreported.
 	// +optional
 	HeartbeatTime *metav1.Time `json:"heartbeatTime,omitempty"`
-	// HeartbeatSeconds is how often the agent promises a heartbeat; zero
-	// means it promises none (older agents), and the inventory never goes stale.
+	// HeartbeatSeconds is how often the agent promises a heartbeat (of this
+	// status or of its Lease); zero means it promises none, and the
+	// inventory never goes stale.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	HeartbeatSeconds int32 `json:"heartbeatSeconds,omitempty"`

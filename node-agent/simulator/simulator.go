@@ -14,13 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
@@ -53,6 +51,9 @@ type Options struct {
 	AdvertiseCapacity bool
 	// FieldManager owns what is applied. Defaults to gpulab-agent.
 	FieldManager string
+	// LeaseNamespace holds the nodes' heartbeat Leases. Defaults to
+	// v1alpha1.DefaultHeartbeatLeaseNamespace.
+	LeaseNamespace string
 	// Registerer receives the agents' metrics; nil exports none.
 	Registerer prometheus.Registerer
 	// MetricsFormat selects the per-GPU series (gpulab, dcgm or both).
@@ -107,10 +108,7 @@ func newSimulator(opts Options) (*simulator, error) {
 		// would take minutes.
 		cfg.QPS, cfg.Burst = 50, 100
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(corev1.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: publisher.NewScheme()})
 	if err != nil {
 		return nil, fmt.Errorf("simulator: creating client: %w", err)
 	}
@@ -119,7 +117,7 @@ func newSimulator(opts Options) (*simulator, error) {
 		s.metrics = metrics.New(opts.Registerer, metrics.Options{Format: opts.MetricsFormat})
 	}
 	s.pub = publisher.New(c, publisher.Options{
-		FieldManager: opts.FieldManager, LabelNode: opts.LabelNodes,
+		FieldManager: opts.FieldManager, LeaseNamespace: opts.LeaseNamespace, LabelNode: opts.LabelNodes,
 		AdvertiseCapacity: opts.AdvertiseCapacity, Metrics: s.metrics,
 	})
 	return s, nil

@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -45,6 +50,18 @@ func agentComponent(workdir, kubeconfig, binary string, metricsPort int) kwokCom
 			"--kubeconfig=" + kubeconfig,
 			"--metrics-bind-address=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(metricsPort)),
 			"--interval=30s",
+			"--lease-namespace=" + v1alpha1.DefaultHeartbeatLeaseNamespace,
 		},
 	}
+}
+
+// createLeaseNamespace creates the namespace of the agent's heartbeat
+// Leases, as the chart's release namespace is on a real cluster. Until it
+// exists the agent's renewals fail and are retried.
+func createLeaseNamespace(ctx context.Context, c client.Client) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DefaultHeartbeatLeaseNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !isAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s for the agent's heartbeat Leases: %w", ns.Name, err)
+	}
+	return nil
 }

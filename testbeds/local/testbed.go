@@ -259,6 +259,9 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := applyDefaultQueue(ctx, c); err != nil {
 		return err
 	}
+	if err := createLeaseNamespace(ctx, c); err != nil {
+		return err
+	}
 	if err := createNodes(ctx, c, t.opts.Fleet.Nodes()); err != nil {
 		return err
 	}

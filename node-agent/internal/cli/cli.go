@@ -16,9 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
@@ -27,7 +24,6 @@ import (
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
-	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
@@ -149,7 +145,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 
 	if f.simulate {
 		return simulator.Run(ctx, simulator.Options{
-			Config: cfg, Interval: f.interval, IgnoredXIDs: f.ignored, LabelNodes: f.labelNode,
+			Config: cfg, Interval: f.interval, IgnoredXIDs: f.ignored, LabelNodes: f.labelNode, LeaseNamespace: f.leaseNamespace,
 			AdvertiseCapacity: f.advertiseCapacity, Registerer: reg, MetricsFormat: f.metricsFormat, Log: log,
 			Ready: func(int) { close(ready) },
 		})
@@ -166,10 +162,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if f.advertiseCapacity {
 		log.Info("advertising nvidia.com/gpu capacity on the node: meant for testbeds without the device plugin")
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(corev1.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: publisher.NewScheme()})
 	if err != nil {
 		return fmt.Errorf("creating API client: %w", err)
 	}
@@ -180,7 +173,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	}
 	a, err := agent.New(b, agent.Options{
 		NodeName: f.nodeName, Interval: f.interval, IgnoredXIDs: f.ignored, AllowNoGPU: f.allowNoGPU,
-		Publisher: publisher.New(c, publisher.Options{LabelNode: f.labelNode, AdvertiseCapacity: f.advertiseCapacity, Metrics: m}),
+		Publisher: publisher.New(c, publisher.Options{LeaseNamespace: f.leaseNamespace, LabelNode: f.labelNode, AdvertiseCapacity: f.advertiseCapacity, Metrics: m}),
 		Metrics:   m, Log: log,
 		OnPublished: func() {
 			select {

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/internal/health"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
@@ -117,6 +118,7 @@ type runFlags struct {
 	common
 	interval          time.Duration
 	kubeconfig        string
+	leaseNamespace    string
 	labelNode         bool
 	metricsAddr       string
 	metricsSecure     bool
@@ -138,6 +140,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
 	fs.DurationVar(&f.interval, "interval", 30*time.Second, "rescan interval; health events trigger a rescan at once")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&f.leaseNamespace, "lease-namespace", v1alpha1.DefaultHeartbeatLeaseNamespace,
+		"namespace of the node's heartbeat Lease, renewed every minute; the operator's --agent-lease-namespace must name the same one")
 	fs.BoolVar(&f.labelNode, "label-node", true, "apply GPU Feature Discovery labels (nvidia.com/gpu.*) to the node; turn off where GFD runs")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080",
 		"address of /metrics (and of /healthz and /readyz unless --health-probe-bind-address is set); 0 disables")
@@ -170,6 +174,9 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 	errs := []error{f.common.validate(f.simulate)}
 	if f.interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval=%s: must be at least 1s", f.interval))
+	}
+	if msgs := validation.IsDNS1123Label(f.leaseNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--lease-namespace=%q: not a namespace name: %s", f.leaseNamespace, strings.Join(msgs, "; ")))
 	}
 	if f.metricsSecure && !disabled(f.metricsAddr) && disabled(f.probeAddr) {
 		// The kubelet's probes carry no credentials.

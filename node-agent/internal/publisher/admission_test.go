@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -107,6 +108,18 @@ func TestAdmissionPolicy(t *testing.T) {
 	var inv v1alpha1.GPUInventory
 	if err := e.Client.Get(ctx(t), client.ObjectKey{Name: "node-a"}, &inv); err != nil {
 		t.Fatalf("node-a's inventory: %v", err)
+	}
+
+	// Its own heartbeat Lease, with the shipped Role; another node's, never.
+	beating := publisher.New(agentA, publisher.Options{HeartbeatPeriod: time.Second})
+	eventually(t, "node-a's agent to create its heartbeat Lease", func() bool {
+		err = beating.Publish(ctx(t), "node-a", state())
+		return err == nil && e.Client.Get(ctx(t), client.ObjectKey{Namespace: v1alpha1.DefaultHeartbeatLeaseNamespace, Name: "node-a"}, &coordinationv1.Lease{}) == nil
+	})
+	foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultHeartbeatLeaseNamespace, Name: "node-b",
+		Labels: map[string]string{v1alpha1.HeartbeatLeaseLabel: "true"}}}
+	if err := agentA.Create(ctx(t), foreign); !denied(err, "may only write its own node") {
+		t.Errorf("node-a's agent creating node-b's heartbeat Lease: %v", err)
 	}
 
 	// Labels of another node.

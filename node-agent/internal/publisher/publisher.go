@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -37,6 +39,7 @@ const (
 	ObjectInventory = "inventory"
 	ObjectLabels    = "labels"
 	ObjectCapacity  = "capacity"
+	ObjectLease     = "lease"
 )
 
 // Options configures a Publisher.
@@ -54,10 +57,15 @@ type Options struct {
 	// come back. The API server does not persist a no-op apply. Defaults to
 	// 10m; negative disables.
 	ResyncPeriod time.Duration
-	// HeartbeatPeriod re-applies the GPUInventory, changed or not, this
-	// often, with status.heartbeatTime, so the operator can tell a live
-	// agent from a dead one. Defaults to 1m; negative disables.
+	// HeartbeatPeriod renews the node's heartbeat Lease this often after
+	// the last write of Lease or GPUInventory, so the operator can tell a
+	// live agent from a dead one. The GPUInventory is written only when it
+	// changes (and every ResyncPeriod), with status.heartbeatTime and this
+	// period as status.heartbeatSeconds. Defaults to 1m; negative disables.
 	HeartbeatPeriod time.Duration
+	// LeaseNamespace holds the heartbeat Leases. Defaults to
+	// v1alpha1.DefaultHeartbeatLeaseNamespace.
+	LeaseNamespace string
 	// Metrics counts writes; nil counts nothing.
 	Metrics *metrics.Metrics
 }
@@ -89,12 +97,25 @@ type written struct {
 	status   *v1alpha1.GPUInventoryStatus
 	labels   map[string]string
 	capacity *int
+	// lease is the heartbeat Lease as last written, so a renewal is one
+	// update, without a read first.
+	lease *coordinationv1.Lease
 	// at is when each object was last applied.
 	at map[string]time.Time
 }
 
-// New returns a Publisher writing through c, whose scheme must know
-// gpulab.io/v1alpha1 and core/v1. It watches through c too (one GPUInventory
+// NewScheme returns a scheme of what a Publisher reads and writes, for its
+// client.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(coordinationv1.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// New returns a Publisher writing through c, whose scheme must know what
+// NewScheme's does. It watches through c too (one GPUInventory
 // per agent, for clear-health requests).
 func New(c client.WithWatch, opts Options) *Publisher {
 	if opts.FieldManager == "" {
@@ -105,6 +126,9 @@ func New(c client.WithWatch, opts Options) *Publisher {
 	}
 	if opts.HeartbeatPeriod == 0 {
 		opts.HeartbeatPeriod = time.Minute
+	}
+	if opts.LeaseNamespace == "" {
+		opts.LeaseNamespace = v1alpha1.DefaultHeartbeatLeaseNamespace
 	}
 	return &Publisher{c: c, opts: opts, last: map[string]*written{}}
 }
@@ -213,7 +237,7 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		w.owner = owner
 	}
 	var errs []error
-	if w.status == nil || !equality.Semantic.DeepEqual(*w.status, s.Status) || p.heartbeatDue(w) || p.due(w, ObjectInventory) {
+	if w.status == nil || !equality.Semantic.DeepEqual(*w.status, s.Status) || p.due(w, ObjectInventory) {
 		err := p.count(w, ObjectInventory, p.applyInventory(ctx, node, w.owner, &s.Status))
 		if err == nil {
 			w.status = s.Status.DeepCopy()
@@ -238,12 +262,82 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		}
 		errs = append(errs, err)
 	}
+	// An inventory written now is a heartbeat of its own.
+	if p.heartbeatDue(w) {
+		errs = append(errs, p.count(w, ObjectLease, p.renewLease(ctx, node, w)))
+	}
 	return errors.Join(errs...)
 }
 
-// heartbeatDue reports whether the inventory's heartbeat is due.
+// heartbeatDue reports whether a heartbeat is due: a period since the
+// inventory or the Lease was last written.
 func (p *Publisher) heartbeatDue(w *written) bool {
-	return p.opts.HeartbeatPeriod > 0 && time.Since(w.at[ObjectInventory]) >= p.opts.HeartbeatPeriod
+	last := w.at[ObjectInventory]
+	if at := w.at[ObjectLease]; at.After(last) {
+		last = at
+	}
+	return p.opts.HeartbeatPeriod > 0 && time.Since(last) >= p.opts.HeartbeatPeriod
+}
+
+// renewLease writes the node's heartbeat Lease: one update of the Lease as
+// last written, or, the first time and after a conflict, a read and then a
+// create or an update. A Lease of that name without HeartbeatLeaseLabel is
+// someone else's and stays untouched.
+func (p *Publisher) renewLease(ctx context.Context, node string, w *written) error {
+	now := metav1.NewMicroTime(time.Now())
+	if w.lease != nil {
+		l := w.lease.DeepCopy()
+		l.Spec.RenewTime = &now
+		err := p.c.Update(ctx, l, client.FieldOwner(p.opts.FieldManager))
+		if err == nil {
+			w.lease = l
+			return nil
+		}
+		w.lease = nil
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("renewing heartbeat Lease %s/%s: %w", p.opts.LeaseNamespace, node, err)
+		}
+	}
+	key := client.ObjectKey{Namespace: p.opts.LeaseNamespace, Name: node}
+	var l coordinationv1.Lease
+	err := p.c.Get(ctx, key, &l)
+	switch {
+	case apierrors.IsNotFound(err):
+		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{v1alpha1.HeartbeatLeaseLabel: "true"}, OwnerReferences: []metav1.OwnerReference{*w.owner}}}
+		p.leaseSpec(&l, node, now)
+		if err := p.c.Create(ctx, &l, client.FieldOwner(p.opts.FieldManager)); err != nil {
+			return fmt.Errorf("creating heartbeat Lease %s (does namespace %s exist? the agent's --lease-namespace and the operator's --agent-lease-namespace must name it): %w",
+				key, key.Namespace, err)
+		}
+	case err != nil:
+		return fmt.Errorf("reading heartbeat Lease %s: %w", key, err)
+	case l.Labels[v1alpha1.HeartbeatLeaseLabel] != "true":
+		return fmt.Errorf("lease %s is not an agent heartbeat (no %s=true label): not renewing someone else's Lease", key, v1alpha1.HeartbeatLeaseLabel)
+	default:
+		p.leaseSpec(&l, node, now)
+		if err := p.c.Update(ctx, &l, client.FieldOwner(p.opts.FieldManager)); err != nil {
+			return fmt.Errorf("renewing heartbeat Lease %s: %w", key, err)
+		}
+	}
+	w.lease = &l
+	return nil
+}
+
+// leaseSpec fills in a heartbeat: the Lease lasts StaleHeartbeats periods,
+// the operator's rule for an inventory's own heartbeats.
+func (p *Publisher) leaseSpec(l *coordinationv1.Lease, node string, now metav1.MicroTime) {
+	l.Spec.HolderIdentity = &node
+	seconds := StaleHeartbeats * p.heartbeatSeconds()
+	l.Spec.LeaseDurationSeconds = &seconds
+	l.Spec.RenewTime = &now
+}
+
+// StaleHeartbeats is how many heartbeat periods a heartbeat Lease lasts.
+const StaleHeartbeats = 3
+
+func (p *Publisher) heartbeatSeconds() int32 {
+	return int32(max(p.opts.HeartbeatPeriod/time.Second, 1))
 }
 
 // due reports whether an unchanged object should be applied again.
@@ -287,7 +381,7 @@ func (p *Publisher) applyInventory(ctx context.Context, node string, owner *meta
 	if p.opts.HeartbeatPeriod > 0 {
 		now := metav1.Now()
 		inv.Status.HeartbeatTime = &now
-		inv.Status.HeartbeatSeconds = int32(max(p.opts.HeartbeatPeriod/time.Second, 1))
+		inv.Status.HeartbeatSeconds = p.heartbeatSeconds()
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(inv)
 	if err != nil {

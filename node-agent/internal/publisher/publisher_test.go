@@ -3,12 +3,15 @@ package publisher_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -193,12 +196,15 @@ func TestResync(t *testing.T) {
 	}
 }
 
-// TestHeartbeat: every write carries heartbeatTime and the promised
-// interval; an unchanged status is written again once a heartbeat is due,
-// and not before.
-func TestHeartbeat(t *testing.T) {
+// TestHeartbeatLease: an inventory write carries heartbeatTime and the
+// promised period; an unchanged status is not written again, and the
+// heartbeat is the node's Lease instead, created once a period has passed
+// and renewed every period after, owned by the node. A Lease that someone
+// deleted comes back.
+func TestHeartbeatLease(t *testing.T) {
 	e := needEnv(t)
 	node := createNode(t, e.Client, "heartbeat-node", nil)
+	ns := createNamespace(t, e.Client, "heartbeat-leases")
 	st := publisher.State{Status: v1alpha1.GPUInventoryStatus{DriverVersion: "570.172.08"}}
 	read := func() *v1alpha1.GPUInventory {
 		inv := &v1alpha1.GPUInventory{}
@@ -207,34 +213,97 @@ func TestHeartbeat(t *testing.T) {
 		}
 		return inv
 	}
+	lease := func() (*coordinationv1.Lease, error) {
+		l := &coordinationv1.Lease{}
+		return l, e.Client.Get(ctx(t), client.ObjectKey{Namespace: ns, Name: node.Name}, l)
+	}
 
-	slow := publisher.New(admin, publisher.Options{HeartbeatPeriod: time.Hour})
-	if err := slow.Publish(ctx(t), node.Name, st); err != nil {
+	p := publisher.New(admin, publisher.Options{HeartbeatPeriod: time.Second, LeaseNamespace: ns})
+	if err := p.Publish(ctx(t), node.Name, st); err != nil {
 		t.Fatal(err)
 	}
 	first := read()
-	if first.Status.HeartbeatTime == nil || first.Status.HeartbeatSeconds != 3600 {
-		t.Fatalf("heartbeat %v every %ds, want a time every 3600s", first.Status.HeartbeatTime, first.Status.HeartbeatSeconds)
+	if first.Status.HeartbeatTime == nil || first.Status.HeartbeatSeconds != 1 {
+		t.Fatalf("heartbeat %v every %ds, want a time every 1s", first.Status.HeartbeatTime, first.Status.HeartbeatSeconds)
 	}
-	if err := slow.Publish(ctx(t), node.Name, st); err != nil {
-		t.Fatal(err)
-	}
-	if again := read(); again.ResourceVersion != first.ResourceVersion {
-		t.Errorf("an unchanged status was written again before its heartbeat was due")
+	if _, err := lease(); !apierrors.IsNotFound(err) {
+		t.Errorf("a Lease right after the inventory was written (%v): the write is the heartbeat", err)
 	}
 
-	fast := publisher.New(admin, publisher.Options{HeartbeatPeriod: time.Second})
-	if err := fast.Publish(ctx(t), node.Name, st); err != nil {
-		t.Fatal(err)
-	}
-	beat := read().Status.HeartbeatTime
-	if err := poll.Until(ctx(t), 10*time.Second, func() (bool, string) {
-		if err := fast.Publish(ctx(t), node.Name, st); err != nil {
+	// Renewed twice, with the inventory untouched.
+	var renewals []time.Time
+	if err := poll.Until(ctx(t), 15*time.Second, func() (bool, string) {
+		if err := p.Publish(ctx(t), node.Name, st); err != nil {
 			return false, err.Error()
 		}
-		now := read().Status
-		return now.HeartbeatTime.After(beat.Time) && now.HeartbeatSeconds == 1, fmt.Sprintf("heartbeat still %v", now.HeartbeatTime)
+		l, err := lease()
+		if err != nil {
+			return false, err.Error()
+		}
+		if at := l.Spec.RenewTime.Time; len(renewals) == 0 || at.After(renewals[len(renewals)-1]) {
+			renewals = append(renewals, at)
+		}
+		return len(renewals) >= 2, fmt.Sprintf("renewals %v", renewals)
 	}); err != nil {
-		t.Fatalf("no heartbeat of an unchanged status: %v", err)
+		t.Fatalf("no renewed Lease: %v", err)
+	}
+	if again := read(); again.ResourceVersion != first.ResourceVersion {
+		t.Errorf("an unchanged status was written again: the Lease is the heartbeat")
+	}
+	l, err := lease()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.GetControllerOfNoCopy(l)
+	if refs := l.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].UID != node.UID || owner != nil {
+		t.Errorf("owners %+v, want the node %s (not as controller)", refs, node.UID)
+	}
+	if l.Labels[v1alpha1.HeartbeatLeaseLabel] != "true" || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node.Name ||
+		l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != publisher.StaleHeartbeats {
+		t.Errorf("Lease labels %v, spec %+v: want %s=true, held by %s for %d s", l.Labels, l.Spec, v1alpha1.HeartbeatLeaseLabel, node.Name, publisher.StaleHeartbeats)
+	}
+
+	if err := e.Client.Delete(ctx(t), l); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll.Until(ctx(t), 15*time.Second, func() (bool, string) {
+		err := p.Publish(ctx(t), node.Name, st)
+		_, gerr := lease()
+		return err == nil && gerr == nil, fmt.Sprintf("publish: %v; lease: %v", err, gerr)
+	}); err != nil {
+		t.Fatalf("a deleted Lease did not come back: %v", err)
+	}
+}
+
+// TestForeignLeaseIsLeftAlone: a Lease named after the node without the
+// heartbeat label is someone else's; the agent says so and renews nothing.
+func TestForeignLeaseIsLeftAlone(t *testing.T) {
+	e := needEnv(t)
+	node := createNode(t, e.Client, "foreign-lease-node", nil)
+	ns := createNamespace(t, e.Client, "foreign-leases")
+	holder := "someone-else"
+	foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: node.Name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+	if err := e.Client.Create(ctx(t), foreign); err != nil {
+		t.Fatal(err)
+	}
+	p := publisher.New(admin, publisher.Options{HeartbeatPeriod: time.Second, LeaseNamespace: ns})
+	st := publisher.State{Status: v1alpha1.GPUInventoryStatus{DriverVersion: "570.172.08"}}
+	var err error
+	if perr := poll.Until(ctx(t), 15*time.Second, func() (bool, string) {
+		err = p.Publish(ctx(t), node.Name, st)
+		return err != nil, "no heartbeat attempted yet"
+	}); perr != nil {
+		t.Fatal(perr)
+	}
+	if !strings.Contains(err.Error(), "not an agent heartbeat") {
+		t.Errorf("error %v, want one naming the Lease as someone else's", err)
+	}
+	var now coordinationv1.Lease
+	if err := e.Client.Get(ctx(t), client.ObjectKeyFromObject(foreign), &now); err != nil {
+		t.Fatal(err)
+	}
+	if now.ResourceVersion != foreign.ResourceVersion {
+		t.Errorf("someone else's Lease was written: %+v", now.Spec)
 	}
 }

@@ -118,3 +118,14 @@ func applyManifests(t *testing.T, c client.Client, files ...string) {
 		}
 	}
 }
+
+// createNamespace creates a namespace of a generated name (envtest deletes
+// none: a fixed name would still be terminating on a rerun).
+func createNamespace(t *testing.T, c client.Client, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := c.Create(ctx(t), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}

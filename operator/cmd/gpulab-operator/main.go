@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 )
@@ -27,6 +28,8 @@ func main() {
 	flag.DurationVar(&opts.ReconcileTimeout, "reconcile-timeout", 0, "bound on one reconcile (default 1m)")
 	flag.StringVar(&namespaces, "watch-namespace", "", "comma-separated namespaces to watch (empty: all)")
 	flag.BoolVar(&opts.LeaderElect, "leader-elect", inCluster, "elect a leader among replicas (default on in-cluster)")
+	flag.StringVar(&opts.AgentLeaseNamespace, "agent-lease-namespace", gpulabv1alpha1.DefaultHeartbeatLeaseNamespace,
+		"namespace of the node agents' heartbeat Leases (the agent's --lease-namespace)")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's namespace)")
 	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", "address of /metrics; 0 disables")
 	flag.BoolVar(&opts.SecureMetrics, "metrics-secure", inCluster, "serve /metrics over HTTPS behind Kubernetes authn/authz (default on in-cluster)")

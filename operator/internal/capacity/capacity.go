@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -30,14 +31,18 @@ type Node struct {
 // sick since would go unreported.
 const StaleHeartbeats = 3
 
-// Nodes builds the capacity view at time now. Only Ready, schedulable nodes
+// Leases are the agents' heartbeat Leases by node name.
+type Leases map[string]*coordinationv1.Lease
+
+// Nodes builds the capacity view at time now, each inventory's heartbeat
+// from its own writes and its node's Lease in leases. Only Ready, schedulable nodes
 // count. A node's fresh GPUInventory is the truth for that node (it knows
 // which GPUs are sick); a node without one (the agent not rolled out there
 // yet, or not installed at all), or whose inventory is stale, counts from
 // allocatable nvidia.com/gpu and its GFD labels. fromInventory says every
 // GPU node had a fresh inventory, so inventory watches alone report
 // capacity changes; stale names the nodes whose inventory was not trusted.
-func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node, now time.Time) (view []Node, fromInventory bool, stale []string) {
+func Nodes(invs []gpulabv1alpha1.GPUInventory, leases Leases, nodes []corev1.Node, now time.Time) (view []Node, fromInventory bool, stale []string) {
 	byName := make(map[string]*gpulabv1alpha1.GPUInventory, len(invs))
 	for i := range invs {
 		byName[invs[i].Name] = &invs[i]
@@ -50,7 +55,7 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node, now time.Tim
 		}
 		var entry Node
 		inv, ok := byName[n.Name]
-		if ok && Stale(inv, now) {
+		if ok && Stale(inv, leases[n.Name], now) {
 			stale = append(stale, n.Name)
 			ok = false
 		}
@@ -73,21 +78,37 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, nodes []corev1.Node, now time.Tim
 	return view, fromInventory, stale
 }
 
-// Stale says whether inv's agent missed StaleHeartbeats heartbeats by now.
+// Stale says whether inv's agent missed its heartbeats by now: neither the
+// inventory nor its node's heartbeat Lease (nil: none) was renewed in time.
 // An inventory that promises no heartbeat (an older agent) never goes stale.
-func Stale(inv *gpulabv1alpha1.GPUInventory, now time.Time) bool {
-	at, ok := StaleAt(inv)
+func Stale(inv *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease, now time.Time) bool {
+	at, ok := StaleAt(inv, lease)
 	return ok && now.After(at)
 }
 
-// StaleAt is when inv goes stale if no further heartbeat comes; ok is false
-// for an inventory that promises none.
-func StaleAt(inv *gpulabv1alpha1.GPUInventory) (at time.Time, ok bool) {
+// StaleAt is when inv goes stale if no further heartbeat comes: its own
+// write's heartbeat lasts StaleHeartbeats of the promised periods, the
+// Lease's its leaseDurationSeconds, and the later one counts. ok is false
+// for an inventory that promises none, or has no heartbeat of either kind.
+func StaleAt(inv *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease) (at time.Time, ok bool) {
 	st := &inv.Status
-	if st.HeartbeatSeconds <= 0 || st.HeartbeatTime == nil {
+	if st.HeartbeatSeconds <= 0 {
 		return time.Time{}, false
 	}
-	return st.HeartbeatTime.Add(StaleHeartbeats * time.Duration(st.HeartbeatSeconds) * time.Second), true
+	period := time.Duration(st.HeartbeatSeconds) * time.Second
+	if st.HeartbeatTime != nil {
+		at, ok = st.HeartbeatTime.Add(StaleHeartbeats*period), true
+	}
+	if lease != nil && lease.Spec.RenewTime != nil {
+		lasts := StaleHeartbeats * period
+		if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+			lasts = time.Duration(*d) * time.Second
+		}
+		if until := lease.Spec.RenewTime.Add(lasts); !ok || until.After(at) {
+			at, ok = until, true
+		}
+	}
+	return at, ok
 }
 
 // NodeChanged says whether a node update can change the view: whether it
@@ -99,15 +120,27 @@ func NodeChanged(was, now *corev1.Node) bool {
 		was.Labels[gfd.Product] != now.Labels[gfd.Product] || was.Labels[gfd.Memory] != now.Labels[gfd.Memory]
 }
 
-// InventoryChanged says whether an inventory update can change the view at
-// now, or bring forward the time it goes stale. A fresh inventory's
-// heartbeat does neither.
-func InventoryChanged(was, now *gpulabv1alpha1.GPUInventory, at time.Time) bool {
-	if was.Status.Summary != now.Status.Summary || Stale(was, at) || Stale(now, at) {
+// InventoryChanged says whether an inventory update, its node's heartbeat
+// Lease being lease, can change the view at now, or bring forward the time
+// it goes stale. A fresh inventory's heartbeat does neither.
+func InventoryChanged(was, now *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease, at time.Time) bool {
+	return heartbeatChanged(was, lease, now, lease, at)
+}
+
+// LeaseChanged is InventoryChanged for an update of inv's heartbeat Lease:
+// a renewal of a fresh one changes nothing; one that makes a stale
+// inventory fresh does.
+func LeaseChanged(inv *gpulabv1alpha1.GPUInventory, was, now *coordinationv1.Lease, at time.Time) bool {
+	return heartbeatChanged(inv, was, inv, now, at)
+}
+
+func heartbeatChanged(wasInv *gpulabv1alpha1.GPUInventory, wasLease *coordinationv1.Lease,
+	nowInv *gpulabv1alpha1.GPUInventory, nowLease *coordinationv1.Lease, at time.Time) bool {
+	if wasInv.Status.Summary != nowInv.Status.Summary || Stale(wasInv, wasLease, at) || Stale(nowInv, nowLease, at) {
 		return true
 	}
-	wasAt, wasOK := StaleAt(was)
-	nowAt, nowOK := StaleAt(now)
+	wasAt, wasOK := StaleAt(wasInv, wasLease)
+	nowAt, nowOK := StaleAt(nowInv, nowLease)
 	return nowOK && (!wasOK || nowAt.Before(wasAt))
 }
 

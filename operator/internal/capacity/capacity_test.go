@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,7 +39,7 @@ func inv(name, product string, healthy int32) gpulabv1alpha1.GPUInventory {
 
 func TestNodesPrefersInventory(t *testing.T) {
 	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, false)}
-	view, fromInv, _ := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nodes, time.Now())
+	view, fromInv, _ := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nil, nodes, time.Now())
 	if !fromInv {
 		t.Fatal("expected the inventory to be the source")
 	}
@@ -49,20 +50,20 @@ func TestNodesPrefersInventory(t *testing.T) {
 	// A partial agent rollout: b has no inventory yet, so it counts from its
 	// allocatable instead of as zero GPUs, and watches alone no longer tell
 	// of every capacity change.
-	view, fromInv, _ = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nodes, time.Now())
+	view, fromInv, _ = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nil, nodes, time.Now())
 	if fromInv || len(view) != 2 || view[0].Healthy != 7 || view[1].Name != "b" || view[1].Healthy != 8 {
 		t.Fatalf("partial rollout view = %+v (from inventory %v), want a with 7 (inventory) and b with 8 (allocatable)", view, fromInv)
 	}
-	view, fromInv, _ = Nodes(nil, nodes, time.Now())
+	view, fromInv, _ = Nodes(nil, nil, nodes, time.Now())
 	if fromInv || len(view) != 2 || view[0].Healthy != 8 || view[0].Product != h100 || view[0].MemoryMiB != 81559 {
 		t.Fatalf("fallback view = %+v (from inventory %v), want a and b from allocatable and labels", view, fromInv)
 	}
 }
 
 // TestStaleInventoryIsNotTrusted: an inventory whose agent missed three
-// heartbeats counts from allocatable, is named stale, and no longer lets
-// inventory watches alone stand for capacity; one without heartbeats (an
-// older agent) is trusted as before.
+// heartbeats, of the inventory or of its Lease, counts from allocatable, is
+// named stale, and no longer lets inventory watches alone stand for
+// capacity; one without heartbeats (an older agent) is trusted as before.
 func TestStaleInventoryIsNotTrusted(t *testing.T) {
 	now := time.Now()
 	beat := func(i gpulabv1alpha1.GPUInventory, ago time.Duration) gpulabv1alpha1.GPUInventory {
@@ -70,27 +71,70 @@ func TestStaleInventoryIsNotTrusted(t *testing.T) {
 		i.Status.HeartbeatTime, i.Status.HeartbeatSeconds = &at, 60
 		return i
 	}
-	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, true)}
+	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, true),
+		node("d", h100, 8, true), node("e", h100, 8, true)}
 	invs := []gpulabv1alpha1.GPUInventory{
 		beat(inv("a", h100, 5), 90*time.Second), // late, within 3 heartbeats
 		beat(inv("b", h100, 6), 181*time.Second),
-		inv("c", h100, 7), // no heartbeat promised
+		inv("c", h100, 7),                  // no heartbeat promised
+		beat(inv("d", h100, 4), time.Hour), // written long ago, its Lease renewed since
+		beat(inv("e", h100, 3), time.Hour), // and its Lease too stopped
 	}
-	view, fromInv, stale := Nodes(invs, nodes, now)
+	leases := Leases{"d": lease(now.Add(-time.Minute), 180), "e": lease(now.Add(-181*time.Second), 180)}
+	view, fromInv, stale := Nodes(invs, leases, nodes, now)
 	if fromInv {
 		t.Error("a stale inventory still counts as the whole truth")
 	}
-	if len(stale) != 1 || stale[0] != "b" {
-		t.Errorf("stale = %v, want [b]", stale)
+	if len(stale) != 2 || stale[0] != "b" || stale[1] != "e" {
+		t.Errorf("stale = %v, want [b e]", stale)
 	}
-	want := map[string]int32{"a": 5, "b": 8, "c": 7}
+	want := map[string]int32{"a": 5, "b": 8, "c": 7, "d": 4, "e": 8}
 	for _, n := range view {
 		if n.Healthy != want[n.Name] {
 			t.Errorf("node %s: %d healthy, want %d", n.Name, n.Healthy, want[n.Name])
 		}
 	}
-	if len(view) != 3 {
+	if len(view) != 5 {
 		t.Errorf("view = %+v", view)
+	}
+}
+
+// lease is a heartbeat Lease renewed at renewed, lasting seconds (0: unset).
+func lease(renewed time.Time, seconds int32) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}}}
+	if seconds > 0 {
+		l.Spec.LeaseDurationSeconds = &seconds
+	}
+	return l
+}
+
+// TestStaleAt: the later of the inventory's own heartbeat and its Lease's
+// expiry counts; a Lease without a duration lasts three promised periods.
+func TestStaleAt(t *testing.T) {
+	now := time.Now()
+	written := inv("a", h100, 8)
+	written.Status.HeartbeatSeconds = 60
+	written.Status.HeartbeatTime = &metav1.Time{Time: now}
+	leaseOnly := inv("a", h100, 8)
+	leaseOnly.Status.HeartbeatSeconds = 60
+	for _, tc := range []struct {
+		name  string
+		inv   gpulabv1alpha1.GPUInventory
+		lease *coordinationv1.Lease
+		want  time.Duration
+		ok    bool
+	}{
+		{"inventory only", written, nil, 3 * time.Minute, true},
+		{"a later Lease", written, lease(now.Add(3*time.Minute), 40), 3*time.Minute + 40*time.Second, true},
+		{"an earlier Lease", written, lease(now.Add(-time.Hour), 40), 3 * time.Minute, true},
+		{"a Lease without a duration", leaseOnly, lease(now, 0), 3 * time.Minute, true},
+		{"a Lease never renewed", leaseOnly, &coordinationv1.Lease{}, 0, false},
+		{"no promise", inv("a", h100, 8), lease(now, 40), 0, false},
+	} {
+		at, ok := StaleAt(&tc.inv, tc.lease)
+		if ok != tc.ok || (ok && !at.Equal(now.Add(tc.want))) {
+			t.Errorf("%s: StaleAt = %v, %v; want now+%s, %v", tc.name, at.Sub(now), ok, tc.want, tc.ok)
+		}
 	}
 }
 
@@ -189,8 +233,36 @@ func TestInventoryChanged(t *testing.T) {
 		{"a shorter heartbeat brings staleness forward", fresh, beat(inv("a", h100, 8), 10*time.Second, 5), true},
 		{"a first heartbeat promise", func() *gpulabv1alpha1.GPUInventory { i := inv("a", h100, 8); return &i }(), fresh, true},
 	} {
-		if got := InventoryChanged(tc.was, tc.now, now); got != tc.want {
+		if got := InventoryChanged(tc.was, tc.now, nil, now); got != tc.want {
 			t.Errorf("%s: InventoryChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// An inventory written again on change or resync, its Lease fresh.
+	renewed := lease(now, 180)
+	if InventoryChanged(beat(inv("a", h100, 8), time.Hour, 60), beat(inv("a", h100, 8), 0, 60), renewed, now) {
+		t.Error("a rewrite of an inventory whose Lease is fresh woke its clusters")
+	}
+}
+
+// TestLeaseChanged: a fresh Lease's renewal wakes no cluster; a renewal
+// that makes a stale inventory fresh, or a first Lease, does.
+func TestLeaseChanged(t *testing.T) {
+	now := time.Now()
+	old := inv("a", h100, 8)
+	old.Status.HeartbeatSeconds = 60
+	old.Status.HeartbeatTime = &metav1.Time{Time: now.Add(-time.Hour)}
+	for _, tc := range []struct {
+		name     string
+		was, now *coordinationv1.Lease
+		want     bool
+	}{
+		{"a fresh Lease renewed", lease(now.Add(-time.Minute), 180), lease(now, 180), false},
+		{"a stale Lease renewed", lease(now.Add(-time.Hour), 180), lease(now, 180), true},
+		{"a first renewal", &coordinationv1.Lease{}, lease(now, 180), true},
+		{"a shorter Lease", lease(now, 180), lease(now, 60), true},
+	} {
+		if got := LeaseChanged(&old, tc.was, tc.now, now); got != tc.want {
+			t.Errorf("%s: LeaseChanged = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -58,6 +59,10 @@ type Options struct {
 	// WatchNamespaces restricts the operator to these namespaces; empty
 	// means all.
 	WatchNamespaces []string
+	// AgentLeaseNamespace holds the node agents' heartbeat Leases (the
+	// agent's --lease-namespace). Default
+	// gpulabv1alpha1.DefaultHeartbeatLeaseNamespace.
+	AgentLeaseNamespace string
 	// LeaderElect enables leader election (on by default in-cluster).
 	LeaderElect bool
 	// LeaderElectionNamespace holds the Lease. Default: the pod's namespace
@@ -107,6 +112,12 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--watch-namespace %q is not a namespace name: %v", ns, msgs))
 		}
 	}
+	if o.AgentLeaseNamespace == "" {
+		o.AgentLeaseNamespace = gpulabv1alpha1.DefaultHeartbeatLeaseNamespace
+	}
+	if msgs := validation.IsDNS1123Label(o.AgentLeaseNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--agent-lease-namespace %q is not a namespace name: %v", o.AgentLeaseNamespace, msgs))
+	}
 	if o.MetricsBindAddress == "" {
 		o.MetricsBindAddress = ":8080"
 	}
@@ -140,6 +151,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 			&corev1.Service{}: {Label: labels.NewSelector().Add(*owned)},
 			// Only submitter Jobs: the cluster's other Jobs are not ours.
 			&batchv1.Job{}: {Label: labels.NewSelector().Add(*submitters)},
+			// Only the agents' heartbeats, wherever the operator watches.
+			&coordinationv1.Lease{}: {
+				Namespaces: map[string]cache.Config{opts.AgentLeaseNamespace: {}},
+				Label:      labels.SelectorFromSet(labels.Set{gpulabv1alpha1.HeartbeatLeaseLabel: "true"}),
+			},
 		},
 	}
 	if len(opts.WatchNamespaces) > 0 {
@@ -207,6 +223,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		ReconcileTimeout:        opts.ReconcileTimeout,
 		VolcanoInstalled:        volcano,
 		StatusCoalesce:          opts.StatusCoalesce,
+		AgentLeaseNamespace:     opts.AgentLeaseNamespace,
 		SkipNameValidation:      opts.SkipNameValidation,
 	})
 	if err := r.SetupWithManager(ctx, mgr); err != nil {

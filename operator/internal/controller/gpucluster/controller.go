@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -29,7 +29,6 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/cachesync"
-	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
@@ -73,6 +72,10 @@ type Options struct {
 	// StatusCoalesce is how long after a status write a progress-only
 	// change waits (status.go). Defaults to DefaultStatusCoalesce.
 	StatusCoalesce time.Duration
+	// AgentLeaseNamespace holds the node agents' heartbeat Leases, which the
+	// manager's cache must watch. Defaults to
+	// gpulabv1alpha1.DefaultHeartbeatLeaseNamespace.
+	AgentLeaseNamespace string
 	// SkipNameValidation lets several managers run in one process (tests).
 	SkipNameValidation bool
 }
@@ -112,6 +115,9 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 	if opts.StatusCoalesce == 0 {
 		opts.StatusCoalesce = DefaultStatusCoalesce
 	}
+	if opts.AgentLeaseNamespace == "" {
+		opts.AgentLeaseNamespace = gpulabv1alpha1.DefaultHeartbeatLeaseNamespace
+	}
 	// Reads see this controller's own writes at once (cachesync).
 	writes := cachesync.NewClient(mgr.GetClient())
 	return &Reconciler{
@@ -122,7 +128,7 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 		events:    mgr.GetEventRecorder(ControllerName),
 		metrics:   m,
 		opts:      opts,
-		fleet:     &fleetView{},
+		fleet:     &fleetView{leaseNamespace: opts.AgentLeaseNamespace},
 	}
 }
 
@@ -154,7 +160,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Pod{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, r.podTurned), builder.WithPredicates(podChanged)).
 		Watches(&corev1.Service{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nil)).
 		Watches(&gpulabv1alpha1.GPUInventory{}, handler.EnqueueRequestsFromMapFunc(r.clustersForInventory),
-			builder.WithPredicates(capacityChanged)).
+			builder.WithPredicates(r.inventoryChanged())).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.clustersForLease),
+			builder.WithPredicates(r.leaseChanged())).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			ReconciliationTimeout:   r.opts.ReconcileTimeout,
@@ -165,15 +173,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	return b.Complete(r)
 }
-
-// capacityChanged passes inventory events that can change capacity: a
-// fresh inventory's heartbeat (every minute per node) wakes no cluster; a
-// stale one's does, since the node's inventory is trusted again.
-var capacityChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	was, ok1 := e.ObjectOld.(*gpulabv1alpha1.GPUInventory)
-	now, ok2 := e.ObjectNew.(*gpulabv1alpha1.GPUInventory)
-	return !ok1 || !ok2 || capacity.InventoryChanged(was, now, time.Now())
-}}
 
 func indexProducts(obj client.Object) []string {
 	c := obj.(*gpulabv1alpha1.GPUCluster)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -21,11 +22,13 @@ import (
 // it each time listed and walked every node and inventory: at 1,000 gangs
 // on 1,250 nodes that was a quarter of the operator's CPU, and it grew with
 // nodes times reconciles. It is rebuilt after a change that can move it
-// (invalidate: inventory changes, from the watch that wakes the clusters;
-// node changes, from trackNodes), and when the first fresh inventory would
-// go stale.
+// (invalidate: inventory and heartbeat Lease changes, from the watches that
+// wake the clusters; node changes, from trackNodes), and when the first
+// fresh inventory would go stale.
 type fleetView struct {
 	dirty atomic.Bool
+	// leaseNamespace holds the agents' heartbeat Leases.
+	leaseNamespace string
 
 	mu sync.Mutex
 	// builds counts rebuilds (tests).
@@ -89,14 +92,23 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 	if err := c.List(ctx, &invs, client.UnsafeDisableDeepCopy); err != nil && !meta.IsNoMatchError(err) {
 		return nil, false, nil, fmt.Errorf("listing GPU inventories: %w", err)
 	}
+	var leaseList coordinationv1.LeaseList
+	if err := c.List(ctx, &leaseList, client.UnsafeDisableDeepCopy, client.InNamespace(f.leaseNamespace),
+		client.MatchingLabels{gpulabv1alpha1.HeartbeatLeaseLabel: "true"}); err != nil {
+		return nil, false, nil, fmt.Errorf("listing the agents' heartbeat Leases: %w", err)
+	}
+	leases := make(capacity.Leases, len(leaseList.Items))
+	for i := range leaseList.Items {
+		leases[leaseList.Items[i].Name] = &leaseList.Items[i]
+	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	f.view, f.fromInventory, f.stale = capacity.Nodes(invs.Items, nodes.Items, now)
+	f.view, f.fromInventory, f.stale = capacity.Nodes(invs.Items, leases, nodes.Items, now)
 	until := now.Add(maxFleetAge)
 	for i := range invs.Items {
-		if at, ok := capacity.StaleAt(&invs.Items[i]); ok && at.After(now) && at.Before(until) {
+		if at, ok := capacity.StaleAt(&invs.Items[i], leases[invs.Items[i].Name]); ok && at.After(now) && at.Before(until) {
 			until = at
 		}
 	}

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -180,6 +183,47 @@ func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
 	})
 	setHeartbeat(t, c, "h100-3", time.Now())
 	testutil.Eventually(t, waitTimeout, "Unschedulable once h100-3's inventory is trusted again", func() (bool, string) {
+		cond := schedulable(t, c, ns, "exact")
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == gpulabv1alpha1.ReasonInsufficientGPUs, fmt.Sprintf("%+v", cond)
+	})
+}
+
+// TestRenewedLeaseWakesTheCluster: an agent that renews its node's
+// heartbeat Lease instead of rewriting the inventory keeps that inventory
+// trusted; the Lease alone, created or renewed after the inventory's own
+// heartbeat went stale, makes it the truth again and wakes the clusters it
+// concerns.
+func TestRenewedLeaseWakesTheCluster(t *testing.T) {
+	c := needEnv(t)
+	ns := testutil.NewNamespace(t, c)
+	leaseNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gpulabv1alpha1.DefaultHeartbeatLeaseNamespace}}
+	if err := c.Create(context.Background(), leaseNS); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
+	}
+	// h100-3 reports a sick GPU; its inventory was written an hour ago.
+	setInventory(t, c, "h100-3", h100, 7)
+	setHeartbeat(t, c, "h100-3", time.Now().Add(-time.Hour))
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+
+	createExactFit(t, c, ns)
+	testutil.Eventually(t, waitTimeout, "fits, h100-3 counted from allocatable", func() (bool, string) {
+		cond := schedulable(t, c, ns, "exact")
+		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
+	})
+	// The agent's first renewal since the inventory's heartbeat went stale.
+	seconds := int32(180)
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS.Name, Name: "h100-3", Labels: map[string]string{gpulabv1alpha1.HeartbeatLeaseLabel: "true"}},
+		Spec:       coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: time.Now()}, LeaseDurationSeconds: &seconds},
+	}
+	if err := c.Create(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), lease) })
+	testutil.Eventually(t, waitTimeout, "Unschedulable once h100-3's Lease is renewed", func() (bool, string) {
 		cond := schedulable(t, c, ns, "exact")
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == gpulabv1alpha1.ReasonInsufficientGPUs, fmt.Sprintf("%+v", cond)
 	})
