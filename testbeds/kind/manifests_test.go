@@ -26,12 +26,19 @@ func TestKindManifestsApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The last of a repeated flag wins: the namespace each side uses.
+	lastFlag := map[string]string{}
 	for _, overlay := range []string{"operator", "agent"} {
 		out, err := exec.Command(bins.Kubectl, "kustomize", overlay).Output()
 		if err != nil {
 			t.Fatalf("kustomize %s: %v", overlay, err)
 		}
 		text := string(out)
+		for _, flag := range []string{"--agent-lease-namespace=", "--lease-namespace="} {
+			if i := strings.LastIndex(text, " "+flag); i >= 0 {
+				lastFlag[flag], _, _ = strings.Cut(text[i+1+len(flag):], "\n")
+			}
+		}
 		if overlay == "agent" && strings.Contains(text, "--advertise-capacity") {
 			t.Error("the agent overlay patches node capacity; on kind the kubelet's device plugin API advertises it")
 		}
@@ -57,5 +64,9 @@ func TestKindManifestsApply(t *testing.T) {
 				t.Errorf("%s overlay lacks %q", overlay, want)
 			}
 		}
+	}
+	// The operator reads the heartbeat Leases where the agents renew them.
+	if op, ag := lastFlag["--agent-lease-namespace="], lastFlag["--lease-namespace="]; op == "" || op != ag {
+		t.Errorf("the operator reads heartbeat Leases in %q, the agents renew them in %q", op, ag)
 	}
 }
