@@ -54,6 +54,9 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	if apierrors.IsConflict(err) {
 		fresh := &gpulabv1alpha1.GPUCluster{}
 		if getErr := r.apiReader.Get(ctx, key, fresh); getErr != nil {
+			if apierrors.IsNotFound(getErr) {
+				return nil // deleted since it was read, as below
+			}
 			return errors.Join(err, getErr)
 		}
 		if fresh.Generation != s.cluster.Generation {
@@ -65,6 +68,11 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 		fresh.Status = next
 		updated = fresh
 		err = r.client.Status().Update(ctx, updated)
+	}
+	if apierrors.IsNotFound(err) {
+		// Deleted since it was read: there is no one left to tell, and
+		// its deletion wakes the reconcile that forgets it.
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("writing status: %w", err)

@@ -1,13 +1,22 @@
 package gpucluster
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -40,5 +49,35 @@ func TestStatusRecordsAFailedRead(t *testing.T) {
 	recovered := computeStatus(s, &failed, now)
 	if !meta.IsStatusConditionTrue(recovered.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded) {
 		t.Errorf("ReconcileSucceeded after a good reconcile: %+v", meta.FindStatusCondition(recovered.Conditions, gpulabv1alpha1.ConditionReconcileSucceeded))
+	}
+}
+
+// TestStatusOfADeletedClusterIsNoError: a cluster deleted between the
+// reconcile's read and its status write has no one left to tell, so the
+// write's NotFound is not a reconcile error (at 1,000 gangs' teardown it
+// was logged as one 80 times). Other write errors still are.
+func TestStatusOfADeletedClusterIsNoError(t *testing.T) {
+	s := k8sruntime.NewScheme()
+	if err := gpulabv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	gone := testCluster(2)
+	gone.Namespace = "ns"
+	r := &Reconciler{metrics: metrics.NewClusters(prometheus.NewRegistry()), opts: Options{StatusCoalesce: time.Second}}
+	write := func(c client.Client) error {
+		r.client, r.apiReader = c, c
+		// Past the coalescing window: the status goes out at once.
+		r.lastStatusWrite.Store(client.ObjectKeyFromObject(gone), time.Now().Add(-time.Minute))
+		return r.updateStatus(context.Background(), &scope{cluster: gone.DeepCopy(), reconcileErr: errors.New("creating pods: forbidden")})
+	}
+	deleted := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&gpulabv1alpha1.GPUCluster{}).Build()
+	if err := write(deleted); err != nil {
+		t.Errorf("status write of a deleted cluster: %v, want no error", err)
+	}
+	refused := interceptor.NewClient(deleted, interceptor.Funcs{SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+		return apierrors.NewServiceUnavailable("etcd is down")
+	}})
+	if err := write(refused); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("a refused status write: %v, want its error", err)
 	}
 }
