@@ -307,8 +307,11 @@ func (p *Publisher) renewLease(ctx context.Context, node string, w *written) err
 			Labels: map[string]string{v1alpha1.HeartbeatLeaseLabel: "true"}, OwnerReferences: []metav1.OwnerReference{*w.owner}}}
 		p.leaseSpec(&l, node, now)
 		if err := p.c.Create(ctx, &l, client.FieldOwner(p.opts.FieldManager)); err != nil {
-			return fmt.Errorf("creating heartbeat Lease %s (does namespace %s exist? the agent's --lease-namespace and the operator's --agent-lease-namespace must name it): %w",
-				key, key.Namespace, err)
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("creating heartbeat Lease %s: namespace %s does not exist (the agent's --lease-namespace and the operator's --agent-lease-namespace must name it): %w",
+					key, key.Namespace, err)
+			}
+			return fmt.Errorf("creating heartbeat Lease %s: %w", key, err)
 		}
 	case err != nil:
 		return fmt.Errorf("reading heartbeat Lease %s: %w", key, err)

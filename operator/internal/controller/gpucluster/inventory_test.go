@@ -166,12 +166,21 @@ func setHeartbeat(t *testing.T, c client.Client, node string, at time.Time) {
 // it the truth again, and that heartbeat alone, with the same summary,
 // wakes the clusters it concerns.
 func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
+	c, ns := withStaleSickNode(t)
+	setHeartbeat(t, c, "h100-3", time.Now())
+	untilTrustedAgain(t, c, ns)
+}
+
+// withStaleSickNode starts the operator on four H100 nodes whose h100-3
+// reports a sick GPU in an inventory an hour old, and waits until an
+// exact-fit cluster fits, h100-3 counted from allocatable.
+func withStaleSickNode(t *testing.T) (client.Client, string) {
+	t.Helper()
 	c := needEnv(t)
 	ns := testutil.NewNamespace(t, c)
 	for i := range 3 {
 		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
 	}
-	// h100-3 reports a sick GPU, but its last heartbeat is an hour old.
 	setInventory(t, c, "h100-3", h100, 7)
 	setHeartbeat(t, c, "h100-3", time.Now().Add(-time.Hour))
 	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
@@ -181,7 +190,13 @@ func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
 		cond := schedulable(t, c, ns, "exact")
 		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
 	})
-	setHeartbeat(t, c, "h100-3", time.Now())
+	return c, ns
+}
+
+// untilTrustedAgain waits until h100-3's sick GPU makes the exact fit
+// Unschedulable: its inventory is the truth again.
+func untilTrustedAgain(t *testing.T, c client.Client, ns string) {
+	t.Helper()
 	testutil.Eventually(t, waitTimeout, "Unschedulable once h100-3's inventory is trusted again", func() (bool, string) {
 		cond := schedulable(t, c, ns, "exact")
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == gpulabv1alpha1.ReasonInsufficientGPUs, fmt.Sprintf("%+v", cond)
@@ -194,25 +209,11 @@ func TestResumedHeartbeatWakesTheCluster(t *testing.T) {
 // heartbeat went stale, makes it the truth again and wakes the clusters it
 // concerns.
 func TestRenewedLeaseWakesTheCluster(t *testing.T) {
-	c := needEnv(t)
-	ns := testutil.NewNamespace(t, c)
+	c, ns := withStaleSickNode(t)
 	leaseNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gpulabv1alpha1.DefaultHeartbeatLeaseNamespace}}
 	if err := c.Create(context.Background(), leaseNS); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for i := range 3 {
-		setInventory(t, c, fmt.Sprintf("h100-%d", i), h100, 8)
-	}
-	// h100-3 reports a sick GPU; its inventory was written an hour ago.
-	setInventory(t, c, "h100-3", h100, 7)
-	setHeartbeat(t, c, "h100-3", time.Now().Add(-time.Hour))
-	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
-
-	createExactFit(t, c, ns)
-	testutil.Eventually(t, waitTimeout, "fits, h100-3 counted from allocatable", func() (bool, string) {
-		cond := schedulable(t, c, ns, "exact")
-		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", cond)
-	})
 	// The agent's first renewal since the inventory's heartbeat went stale.
 	seconds := int32(180)
 	lease := &coordinationv1.Lease{
@@ -223,8 +224,5 @@ func TestRenewedLeaseWakesTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), lease) })
-	testutil.Eventually(t, waitTimeout, "Unschedulable once h100-3's Lease is renewed", func() (bool, string) {
-		cond := schedulable(t, c, ns, "exact")
-		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == gpulabv1alpha1.ReasonInsufficientGPUs, fmt.Sprintf("%+v", cond)
-	})
+	untilTrustedAgain(t, c, ns)
 }
