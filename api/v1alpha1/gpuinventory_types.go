@@ -22,6 +22,10 @@ const (
 	// of the node it names (the Lease is named after the node too). Readers
 	// select by it; the agent renews no Lease without it.
 	HeartbeatLeaseLabel = "gpulab.io/agent-heartbeat"
+	// StaleHeartbeats is how many heartbeat periods an agent may miss before
+	// its inventory is no longer trusted: its agent is gone, and a GPU that
+	// fell sick since would go unreported. The agent's Lease lasts as long.
+	StaleHeartbeats = 3
 )
 
 // GPUInventory is the GPU inventory of one node, named after the node and

@@ -327,17 +327,14 @@ func (p *Publisher) renewLease(ctx context.Context, node string, w *written) err
 	return nil
 }
 
-// leaseSpec fills in a heartbeat: the Lease lasts StaleHeartbeats periods,
-// the operator's rule for an inventory's own heartbeats.
+// leaseSpec fills in a heartbeat: the Lease lasts v1alpha1.StaleHeartbeats
+// periods, the operator's rule for an inventory's own heartbeats.
 func (p *Publisher) leaseSpec(l *coordinationv1.Lease, node string, now metav1.MicroTime) {
 	l.Spec.HolderIdentity = &node
-	seconds := StaleHeartbeats * p.heartbeatSeconds()
+	seconds := v1alpha1.StaleHeartbeats * p.heartbeatSeconds()
 	l.Spec.LeaseDurationSeconds = &seconds
 	l.Spec.RenewTime = &now
 }
-
-// StaleHeartbeats is how many heartbeat periods a heartbeat Lease lasts.
-const StaleHeartbeats = 3
 
 func (p *Publisher) heartbeatSeconds() int32 {
 	return int32(max(p.opts.HeartbeatPeriod/time.Second, 1))

@@ -259,8 +259,8 @@ func TestHeartbeatLease(t *testing.T) {
 		t.Errorf("owners %+v, want the node %s (not as controller)", refs, node.UID)
 	}
 	if l.Labels[v1alpha1.HeartbeatLeaseLabel] != "true" || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node.Name ||
-		l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != publisher.StaleHeartbeats {
-		t.Errorf("Lease labels %v, spec %+v: want %s=true, held by %s for %d s", l.Labels, l.Spec, v1alpha1.HeartbeatLeaseLabel, node.Name, publisher.StaleHeartbeats)
+		l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != v1alpha1.StaleHeartbeats {
+		t.Errorf("Lease labels %v, spec %+v: want %s=true, held by %s for %d s", l.Labels, l.Spec, v1alpha1.HeartbeatLeaseLabel, node.Name, v1alpha1.StaleHeartbeats)
 	}
 
 	if err := e.Client.Delete(ctx(t), l); err != nil {

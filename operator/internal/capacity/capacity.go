@@ -26,11 +26,6 @@ type Node struct {
 	Healthy   int32
 }
 
-// StaleHeartbeats is how many heartbeat intervals an inventory may miss
-// before it is no longer trusted: its agent is gone, and a GPU that fell
-// sick since would go unreported.
-const StaleHeartbeats = 3
-
 // Leases are the agents' heartbeat Leases by node name.
 type Leases map[string]*coordinationv1.Lease
 
@@ -87,7 +82,7 @@ func Stale(inv *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease, now ti
 }
 
 // StaleAt is when inv goes stale if no further heartbeat comes: its own
-// write's heartbeat lasts StaleHeartbeats of the promised periods, the
+// write's heartbeat lasts v1alpha1.StaleHeartbeats of the promised periods, the
 // Lease's its leaseDurationSeconds, and the later one counts. ok is false
 // for an inventory that promises none, or has no heartbeat of either kind.
 func StaleAt(inv *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease) (at time.Time, ok bool) {
@@ -97,10 +92,10 @@ func StaleAt(inv *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease) (at 
 	}
 	period := time.Duration(st.HeartbeatSeconds) * time.Second
 	if st.HeartbeatTime != nil {
-		at, ok = st.HeartbeatTime.Add(StaleHeartbeats*period), true
+		at, ok = st.HeartbeatTime.Add(gpulabv1alpha1.StaleHeartbeats*period), true
 	}
 	if lease != nil && lease.Spec.RenewTime != nil {
-		lasts := StaleHeartbeats * period
+		lasts := gpulabv1alpha1.StaleHeartbeats * period
 		if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
 			lasts = time.Duration(*d) * time.Second
 		}

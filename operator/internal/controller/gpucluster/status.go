@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
@@ -300,7 +299,7 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 	msg := v.Message
 	if len(s.staleInventories) > 0 {
 		msg += fmt.Sprintf("; the GPUInventory of %s is stale (no agent heartbeat for %d intervals): counted from node allocatable",
-			summarize(s.staleInventories), capacity.StaleHeartbeats)
+			summarize(s.staleInventories), gpulabv1alpha1.StaleHeartbeats)
 	}
 	set(gpulabv1alpha1.ConditionSchedulable, v.Fits, v.Reason, msg)
 	volcanoMissing := errors.Is(s.gangErr, scheduler.ErrNotInstalled)
