@@ -6,8 +6,10 @@ SHELL := /usr/bin/env bash
 
 GO            ?= go
 BIN           ?= $(CURDIR)/bin
-# Third-party binaries, sources and testbed state live here (ignored by git).
-GPULAB_CACHE  ?= $(CURDIR)/.cache
+# Third-party binaries, sources and testbed state live here: a per-user cache
+# outside the checkout, shared by every clone (keyed by version, built under a
+# file lock).
+GPULAB_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpulab
 export GPULAB_CACHE
 # go-nvml (cgo) declares many deprecated NVML symbols; keep builds quiet.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
@@ -96,7 +98,7 @@ $(ACTIONLINT):
 UNIT_PKGS = $$($(GO) list ./... | grep -v '/conformance$$')
 
 .PHONY: test
-test: testbed-binaries ## Run every test: unit, envtest (real API server), the local testbed (real Volcano) and the conformance suite at scale 10.
+test: testbed-binaries-all ## Run every test: unit, envtest (real API server), the local testbed (real Volcano) and the conformance suite at scale 10.
 	$(GO) test $(UNIT_PKGS) -timeout $(TEST_TIMEOUT)
 	$(MAKE) conformance CONFORMANCE_SCALE=10 CONFORMANCE_OUT=$(CURDIR)/_artifacts/conformance-test
 
@@ -111,7 +113,7 @@ dashboards: ## Regenerate the Grafana dashboards, the PrometheusRule, the sideca
 	$(GO) generate ./dashboards
 
 .PHONY: dashboards-check
-dashboards-check: testbed-binaries ## Check dashboards and rules: schema, promtool, and every panel query on a real Prometheus over the local testbed.
+dashboards-check: testbed-binaries-all ## Check dashboards and rules: schema, promtool, and every panel query on a real Prometheus over the local testbed.
 	$(GO) test ./dashboards/... -v -timeout 20m
 
 ##@ Conformance
@@ -181,7 +183,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 COMPARE_ROUNDS ?= 2
 COMPARE_OUT    ?= $(CURDIR)/_artifacts/compare-operators
 .PHONY: compare-operators
-compare-operators: testbed-binaries ## Measure gpulab's operator and KubeRay side by side on one testbed (CONFORMANCE_SCALE gangs, COMPARE_ROUNDS rounds) and print the table.
+compare-operators: testbed-binaries-kuberay ## Measure gpulab's operator and KubeRay side by side on one testbed (CONFORMANCE_SCALE gangs, COMPARE_ROUNDS rounds) and print the table.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-operators ./conformance/cmd/compare-operators
@@ -206,9 +208,20 @@ baseline: ## Promote a run's results to the nightly baseline: make baseline FROM
 
 ##@ Local testbed
 
+# Each command builds only what it runs: a testbed needs etcd, Kubernetes,
+# kwok and Volcano; KubeRay's operator is built when a testbed runs it
+# (WORKLOAD=raycluster), Prometheus and the Pushgateway for the dashboards.
 .PHONY: testbed-binaries
-testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok, Volcano, Prometheus and the Pushgateway from the Go module proxy (cached).
-	$(TESTBED) build
+testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano from the Go module proxy (cached), and KubeRay's operator for WORKLOAD=raycluster.
+	$(TESTBED) build $(if $(filter raycluster,$(WORKLOAD)),--kuberay)
+
+.PHONY: testbed-binaries-kuberay
+testbed-binaries-kuberay: $(TESTBED) ## testbed-binaries and KubeRay's operator.
+	$(TESTBED) build --kuberay
+
+.PHONY: testbed-binaries-all
+testbed-binaries-all: $(TESTBED) ## testbed-binaries, KubeRay's operator, Prometheus, promtool and the Pushgateway (what `make test` needs).
+	$(TESTBED) build --kuberay --monitoring
 
 .PHONY: testbed-up
 testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator) and print its kubeconfig.
@@ -245,7 +258,8 @@ kind-down: $(TESTBED) ## Delete the kind cluster.
 	$(TESTBED) kind-down
 
 .PHONY: test-kind
-test-kind: $(TESTBED) ## Run the kind testbed's cluster tests (Docker; GPULAB_KIND_WORKERS=1 by default).
+# The node image is built first, outside the tests' timeout.
+test-kind: kind-image ## Run the kind testbed's cluster tests (Docker; GPULAB_KIND_WORKERS=1 by default); an unusable Docker fails them.
 	$(TESTBED) docker-up
 	GPULAB_KIND_TEST=1 $(GO) test ./testbeds/kind/ -count=1 -timeout 60m -v
 

@@ -32,8 +32,10 @@ func kindTestOptions(t *testing.T) Options {
 	if os.Getenv("GPULAB_KIND_TEST") != "1" {
 		t.Skip("kind cluster test not requested: set GPULAB_KIND_TEST=1 (needs Docker; see gpulab-testbed docker-up)")
 	}
+	// Asked for and unusable is a failure with the reason, never a skip: CI
+	// would otherwise pass without a kind cluster ever running.
 	if err := dockerhost.Usable(context.Background()); err != nil {
-		t.Skipf("Docker is not usable here: %v", err)
+		t.Fatalf("GPULAB_KIND_TEST=1 but Docker is not usable here (gpulab-testbed docker-up starts one): %v", err)
 	}
 	workers := 1
 	if v := os.Getenv("GPULAB_KIND_WORKERS"); v != "" {

@@ -22,7 +22,7 @@ type Options struct {
 	// Defaults to DefaultName.
 	Name string
 	// CacheDir holds binaries, sources and testbed state. Defaults to
-	// binaries.DefaultCacheDir() (.cache at the repository root).
+	// binaries.DefaultCacheDir() (the per-user gpulab cache).
 	CacheDir string
 	// Fleet is the fake GPU nodes. Defaults to ParseFleet(DefaultFleet).
 	Fleet Fleet
@@ -188,9 +188,15 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 		}
 	}
 
-	bins, err := binaries.Ensure(ctx, binaries.Options{CacheDir: t.opts.CacheDir, Log: t.opts.Log})
+	bopts := binaries.Options{CacheDir: t.opts.CacheDir, Log: t.opts.Log}
+	bins, err := binaries.Ensure(ctx, bopts)
 	if err != nil {
 		return err
+	}
+	if t.opts.KubeRay {
+		if _, err := binaries.EnsureKubeRay(ctx, bopts); err != nil {
+			return err
+		}
 	}
 
 	start := time.Now()

@@ -60,17 +60,19 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// DefaultCacheDir is $GPULAB_CACHE, or .cache at the root of the gpulab module
-// (found by walking up from the working directory to go.mod).
+// DefaultCacheDir is $GPULAB_CACHE, or gpulab in the user's cache folder
+// (${XDG_CACHE_HOME:-$HOME/.cache}/gpulab): outside any checkout, so a fresh
+// clone reuses what an earlier one built. Entries are keyed by version and
+// built under a file lock, so clones can share it at once.
 func DefaultCacheDir() (string, error) {
 	if dir := os.Getenv("GPULAB_CACHE"); dir != "" {
 		return dir, nil
 	}
-	root, err := ModuleRoot()
+	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("no user cache folder (%w): set GPULAB_CACHE to choose a cache directory", err)
 	}
-	return filepath.Join(root, ".cache"), nil
+	return filepath.Join(base, "gpulab"), nil
 }
 
 // ModuleRoot finds the gpulab repository root: the nearest parent of the
@@ -131,16 +133,18 @@ func (c component) dir(cache string) string {
 	return filepath.Join(cache, "bin", c.name+"-"+c.version)
 }
 
-// components make up the testbed (KubeRay's operator too: it is built with
-// the rest, so turning it on never waits for a build); monitoringComponents
-// are the Prometheus tools the dashboards are checked with, which a testbed
-// does not need.
+// components make up every testbed. KubeRay's operator runs only when a
+// testbed asks for it and the Prometheus tools only for the dashboards'
+// checks, so each is built only by what needs it (EnsureKubeRay,
+// EnsureMonitoring): `make conformance` never waits for them.
 var (
-	components           = []component{etcd, kubernetes, kwok, volcano, kuberay}
+	components           = []component{etcd, kubernetes, kwok, volcano}
+	kuberayComponents    = []component{kuberay}
 	monitoringComponents = []component{prometheus, pushgateway}
 )
 
 // Ensure builds whatever is missing from the cache and returns the full Set.
+// Its KubeRayOperator exists only once EnsureKubeRay has built it.
 func Ensure(ctx context.Context, opts Options) (*Set, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -153,13 +157,31 @@ func Ensure(ctx context.Context, opts Options) (*Set, error) {
 	return b.set(ctx)
 }
 
+// EnsureKubeRay builds KubeRay's operator if it is missing and returns its
+// path.
+func EnsureKubeRay(ctx context.Context, opts Options) (string, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	b := &builder{opts: opts}
+	if err := b.ensureAll(ctx, kuberayComponents); err != nil {
+		return "", err
+	}
+	return b.path(kuberay, "ray-operator"), nil
+}
+
 // ensureAll builds the missing components under the cache's build lock:
 // two processes building one component would share (and delete) each
 // other's .partial folder.
 func (b *builder) ensureAll(ctx context.Context, cs []component) error {
 	missing := false
 	for _, c := range cs {
-		missing = missing || !b.built(c)
+		if b.built(c) {
+			b.logCached(c)
+			continue
+		}
+		missing = true
 	}
 	if !missing {
 		return nil
@@ -232,8 +254,17 @@ func (b *builder) built(c component) bool {
 	return true
 }
 
+// logCached says a component was found in the cache, in the form .ci/run's
+// timing table reads ("cached NAME VERSION"; a build says "built NAME VERSION
+// in D").
+func (b *builder) logCached(c component) {
+	fmt.Fprintf(b.opts.Log, "cached %s %s in %s\n", c.name, c.version, c.dir(b.opts.CacheDir))
+}
+
 func (b *builder) ensure(ctx context.Context, c component) error {
 	if b.built(c) {
+		// Built by the process this one waited for on the lock.
+		b.logCached(c)
 		return nil
 	}
 	final := c.dir(b.opts.CacheDir)

@@ -36,7 +36,7 @@ kind testbed commands (need Docker; run as root to start dockerd or build the ba
 
 func runKind(ctx context.Context, cmd string, args []string) error {
 	fs := flag.NewFlagSet("gpulab-testbed "+cmd, flag.ContinueOnError)
-	cache := fs.String("cache-dir", "", "cache for binaries, images and Docker state (default $GPULAB_CACHE or <repo>/.cache)")
+	cache := fs.String("cache-dir", "", "cache for binaries, images and Docker state (default $GPULAB_CACHE or ${XDG_CACHE_HOME:-$HOME/.cache}/gpulab)")
 	name := fs.String("name", "gpulab", "kind cluster name, a DNS-1123 label")
 	workers := fs.Int("workers", 4, "kind-up: worker nodes")
 	profile := fs.String("profile", kind.DefaultWorkerProfile, "kind-up: the node profile the workers play")

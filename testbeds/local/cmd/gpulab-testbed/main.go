@@ -52,9 +52,10 @@ func run(ctx context.Context, args []string) error {
 	name := fs.String("name", local.DefaultName, "testbed (kwokctl cluster) name, a DNS-1123 label [$TESTBED_NAME]")
 	nodes := fs.String("nodes", envOr("TESTBED_NODES", local.DefaultFleet),
 		"fake GPU nodes as profile=count,... ("+fmt.Sprint(local.ProfileNames())+") [$TESTBED_NODES]")
-	cache := fs.String("cache-dir", "", "cache for binaries and testbed state (default $GPULAB_CACHE or <repo>/.cache)")
+	cache := fs.String("cache-dir", "", "cache for binaries and testbed state (default $GPULAB_CACHE or ${XDG_CACHE_HOME:-$HOME/.cache}/gpulab)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long `up` waits for nodes, Volcano and the queue")
-	kuberay := fs.Bool("kuberay", false, "up: also run KubeRay's operator "+binaries.KubeRayVersion+" with its CRDs, gang-scheduling RayClusters through Volcano")
+	monitoring := fs.Bool("monitoring", false, "build: also build Prometheus, promtool and the Pushgateway (the dashboards' checks)")
+	kuberay := fs.Bool("kuberay", false, "build: also build KubeRay's operator; up: also run KubeRay's operator "+binaries.KubeRayVersion+" with its CRDs, gang-scheduling RayClusters through Volcano")
 	kuberayConcurrency := fs.Int("kuberay-reconcile-concurrency", 0, "up --kuberay: the operator's --reconcile-concurrency (0: KubeRay's default, 1)")
 	kuberayQPS := fs.Float64("kuberay-qps", 0, "up --kuberay: the operator's client --qps (0: KubeRay's default)")
 	kuberayBurst := fs.Int("kuberay-burst", 0, "up --kuberay: the operator's client --burst (0: KubeRay's default)")
@@ -108,8 +109,17 @@ func run(ctx context.Context, args []string) error {
 		if _, err := binaries.Ensure(ctx, opts); err != nil {
 			return err
 		}
-		_, err := binaries.EnsureMonitoring(ctx, opts)
-		return err
+		if *kuberay {
+			if _, err := binaries.EnsureKubeRay(ctx, opts); err != nil {
+				return err
+			}
+		}
+		if *monitoring {
+			if _, err := binaries.EnsureMonitoring(ctx, opts); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "up":
 		return tb.Up(ctx)
 	case "down":
