@@ -123,7 +123,23 @@ func (volcanoJobs) describe(ctx context.Context, s *scenario, name string) strin
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &j); err != nil {
 		return err.Error()
 	}
-	return fmt.Sprintf("job phase %q, %d pending, %d running", j.Status.State.Phase, j.Status.Pending, j.Status.Running)
+	return fmt.Sprintf("job phase %q, %d pending, %d running; %s", j.Status.State.Phase, j.Status.Pending, j.Status.Running,
+		describePodGroup(ctx, s, name))
+}
+
+// describePodGroup is the gang's PodGroup phase and conditions: a Volcano
+// Job creates no pod before its PodGroup is Inqueue, so a gang without pods
+// is told apart by whether the scheduler admitted it and why not.
+func describePodGroup(ctx context.Context, s *scenario, gang string) string {
+	pg, err := podGroupOf(ctx, s, gang)
+	if err != nil {
+		return "PodGroup: " + err.Error()
+	}
+	desc := fmt.Sprintf("PodGroup %s phase %q", pg.Name, pg.Status.Phase)
+	for _, c := range pg.Status.Conditions {
+		desc += fmt.Sprintf(", %s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return desc
 }
 
 type rayClusters struct{}
@@ -168,7 +184,7 @@ func (rayClusters) describe(ctx context.Context, s *scenario, name string) strin
 	}
 	state, _, _ := unstructured.NestedString(u.Object, "status", "state")
 	reason, _, _ := unstructured.NestedString(u.Object, "status", "reason")
-	return fmt.Sprintf("state %q %s", state, reason)
+	return fmt.Sprintf("state %q %s; %s", state, reason, describePodGroup(ctx, s, name))
 }
 
 // podGroupOf is the PodGroup Volcano gang-schedules the gang with: the
