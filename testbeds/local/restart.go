@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpulab/gpulab/testbeds/internal/procid"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -75,13 +76,13 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 // runningPID is the component's live pid from its pid file, or 0 when it is
 // not running (or the pid went to another program).
 func (t *Testbed) runningPID(component string) int {
-	pid := readPID(filepath.Join(t.Workdir(), "pids", component+".pid"))
+	pid := readPID(t.pidFile(component))
 	if pid <= 0 || !processAlive(pid) {
 		return 0
 	}
-	if err := checkCommand(pid, component); err != nil {
-		// A stale pid file whose number went to another program.
-		fmt.Fprintf(t.opts.Log, "%v\n", err)
+	if err := procid.Verify(t.pidFile(component), pid, component); err != nil {
+		// A stale pid file whose number went to another process.
+		fmt.Fprintf(t.opts.Log, "%s: %v; leaving it alone\n", component, err)
 		return 0
 	}
 	return pid
@@ -129,21 +130,6 @@ func (t *Testbed) restartLocked(ctx context.Context, bins *binaries.Set, ports P
 	}
 	fmt.Fprintf(t.opts.Log, "%s restarted (pid %d): stopped in %s, healthy %s later\n", component, newPID,
 		stopped.Round(100*time.Millisecond), (time.Since(start) - stopped).Round(100*time.Millisecond))
-	return nil
-}
-
-// checkCommand makes sure pid still runs the component's binary, so a
-// stale pid file whose number the kernel gave to another program never gets
-// that program killed.
-func checkCommand(pid int, component string) error {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return fmt.Errorf("reading the command of pid %d: %w", pid, err)
-	}
-	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-	if filepath.Base(string(argv0)) != component {
-		return fmt.Errorf("pid %d runs %q, not %s: leaving it alone", pid, argv0, component)
-	}
 	return nil
 }
 

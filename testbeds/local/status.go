@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +16,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/testbeds/internal/procid"
 )
 
 const (
@@ -78,8 +78,10 @@ func (t *Testbed) Components() []ComponentStatus {
 	out := make([]ComponentStatus, 0, len(names))
 	for _, name := range names {
 		s := ComponentStatus{Name: name, Log: filepath.Join(t.Workdir(), "logs", name+".log")}
-		s.PID = readPID(filepath.Join(t.Workdir(), "pids", name+".pid"))
-		s.Running = s.PID > 0 && processAlive(s.PID)
+		s.PID = readPID(t.pidFile(name))
+		// Running only when the PID is still the process kwokctl started:
+		// Down signals what this reports.
+		s.Running = s.PID > 0 && processAlive(s.PID) && procid.Verify(t.pidFile(name), s.PID, name) == nil
 		out = append(out, s)
 	}
 	return out
@@ -225,8 +227,9 @@ func (t *Testbed) WaitReady(ctx context.Context) error {
 
 // apiServerRunning says whether the cluster's API server process is alive.
 func (t *Testbed) apiServerRunning() bool {
-	pid := readPID(filepath.Join(t.Workdir(), "pids", "kube-apiserver.pid"))
-	return pid > 0 && processAlive(pid)
+	path := t.pidFile("kube-apiserver")
+	pid := readPID(path)
+	return pid > 0 && processAlive(pid) && procid.Verify(path, pid, "kube-apiserver") == nil
 }
 
 // componentPIDs lists the live processes of the testbed.
@@ -265,16 +268,27 @@ func waitExited(ctx context.Context, pids []int, timeout time.Duration) error {
 	return errors.Join(errs...)
 }
 
-func readPID(path string) int {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
+func readPID(path string) int { return procid.Read(path) }
+
+func (t *Testbed) pidFile(component string) string {
+	return filepath.Join(t.Workdir(), "pids", component+".pid")
+}
+
+// removeForeignPIDFiles removes every pid file whose live PID went to
+// another process, saying so: kwokctl delete signals whatever its pid files
+// name.
+func (t *Testbed) removeForeignPIDFiles() {
+	for _, name := range t.components() {
+		path := t.pidFile(name)
+		pid := readPID(path)
+		if pid <= 0 || !processAlive(pid) {
+			continue
+		}
+		if err := procid.Verify(path, pid, name); errors.Is(err, procid.ErrNotOurs) {
+			fmt.Fprintf(t.opts.Log, "%s: %v; leaving it alone and removing the stale pid file\n", name, err)
+			_ = os.Remove(path)
+		}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return 0
-	}
-	return pid
 }
 
 // processAlive says whether pid is a live process. A zombie is gone only

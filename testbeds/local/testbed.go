@@ -285,6 +285,7 @@ func (t *Testbed) Down(ctx context.Context) error {
 	if err := t.check(); err != nil {
 		return err
 	}
+	t.removeForeignPIDFiles()
 	pids := t.componentPIDs()
 	// Keep the logs past the cluster's removal: a failed Up or test points
 	// at them.
