@@ -34,6 +34,17 @@ func kindTestOptions(t *testing.T) Options {
 	}
 	// Asked for and unusable is a failure with the reason, never a skip: CI
 	// would otherwise pass without a kind cluster ever running.
+	root, err := binaries.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := binaries.DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dockerhost.UseStarted(DockerStateDir(cache)); err != nil {
+		t.Fatal(err)
+	}
 	if err := dockerhost.Usable(context.Background()); err != nil {
 		t.Fatalf("GPULAB_KIND_TEST=1 but Docker is not usable here (gpulab-testbed docker-up starts one): %v", err)
 	}
@@ -44,10 +55,6 @@ func kindTestOptions(t *testing.T) Options {
 			t.Fatalf("GPULAB_KIND_WORKERS=%q: want a positive number", v)
 		}
 		workers = n
-	}
-	root, err := binaries.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
 	}
 	return Options{
 		Name: "gpulab-test", Workers: workers, Log: testWriter{t},

@@ -10,19 +10,21 @@ package dockerhost
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	gexec "github.com/vladimirvivien/gexe/exec"
 
+	"github.com/gpulab/gpulab/testbeds/internal/procid"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
 	"github.com/gpulab/gpulab/testbeds/kind/runtimeshim"
 )
@@ -46,6 +48,9 @@ type Options struct {
 	// StatusFile is where the capability bounding set is read from.
 	// Defaults to /proc/self/status.
 	StatusFile string
+	// CapLastCapFile holds the kernel's highest capability number.
+	// Defaults to /proc/sys/kernel/cap_last_cap.
+	CapLastCapFile string
 }
 
 // Daemon describes the Docker daemon in use.
@@ -76,6 +81,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.StatusFile == "" {
 		o.StatusFile = "/proc/self/status"
 	}
+	if o.CapLastCapFile == "" {
+		o.CapLastCapFile = "/proc/sys/kernel/cap_last_cap"
+	}
 	return o, nil
 }
 
@@ -101,7 +109,15 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	missing := runtimeshim.Missing(bounding)
+	lastCap, err := runtimeshim.LastCap(opts.CapLastCapFile)
+	if err != nil {
+		return nil, err
+	}
+	missing := runtimeshim.Missing(bounding, lastCap)
+	// A dockerd an earlier Ensure started is the one to use again.
+	if _, err := UseStarted(opts.StateDir); err != nil {
+		return nil, err
+	}
 	if Usable(ctx) == nil {
 		d := &Daemon{MissingCaps: missing, PID: recordedPID(opts.StateDir)}
 		if d.PID != 0 {
@@ -124,7 +140,17 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"--pidfile", pidPath(opts.StateDir), "--storage-driver", "overlay2"}
+	sock, err := socketPath(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(configPath(opts.StateDir), []byte("{}\n"), 0o644); err != nil {
+		return nil, err
+	}
+	args := daemonArgs(opts.StateDir, sock)
 	d := &Daemon{MissingCaps: missing, Log: logPath(opts.StateDir)}
 	if len(missing) > 0 {
 		shim, err := buildShim(ctx, opts)
@@ -151,6 +177,10 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 	d.PID = proc.ID()
 	go func() { _ = cmd.Wait() }() // reap it if it dies while this process runs
+	// This process and what it runs (the docker CLI, kind) talk to it.
+	if err := os.Setenv("DOCKER_HOST", "unix://"+sock); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(opts.Log, "started dockerd (PID %d, log %s)\n", d.PID, d.Log)
 	deadline := time.Now().Add(opts.ReadyTimeout)
 	for {
@@ -229,18 +259,81 @@ func pidPath(dir string) string { return filepath.Join(dir, "dockerd.pid") }
 func logPath(dir string) string { return filepath.Join(dir, "dockerd.log") }
 
 // recordedPID is the PID in the state folder's PID file if that process
-// still runs, else 0.
+// still runs and is the dockerd that wrote it, else 0. A PID the kernel gave
+// to another process is never signalled: its stale file is removed.
 func recordedPID(dir string) int {
-	data, err := os.ReadFile(pidPath(dir))
-	if err != nil {
+	path := pidPath(dir)
+	pid := procid.Read(path)
+	if pid <= 0 || !alive(pid) {
 		return 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 || !alive(pid) {
+	if err := procid.Verify(path, pid, "dockerd"); err != nil {
+		if errors.Is(err, procid.ErrNotOurs) {
+			fmt.Fprintf(os.Stderr, "dockerhost: %v; leaving it alone and removing %s\n", err, path)
+			_ = os.Remove(path)
+		}
 		return 0
 	}
 	return pid
 }
+
+// UseStarted points this process's Docker clients (DOCKER_HOST, which the
+// docker CLI and kind's provider read) at the dockerd that Ensure started,
+// when it runs and DOCKER_HOST is not set already. It says whether it did.
+func UseStarted(stateDir string) (bool, error) {
+	if os.Getenv("DOCKER_HOST") != "" || recordedPID(stateDir) == 0 {
+		return false, nil
+	}
+	sock, err := socketPath(stateDir)
+	if err != nil {
+		return false, err
+	}
+	return true, os.Setenv("DOCKER_HOST", "unix://"+sock)
+}
+
+// daemonArgs keep everything of the dockerd gpulab starts under its state
+// folder: data, exec state, PID file, socket and config file, and it makes
+// no docker0 bridge (kind makes its own network). The host's
+// /var/lib/docker, /run/docker.sock and /etc/docker/daemon.json stay
+// untouched.
+func daemonArgs(stateDir, sock string) []string {
+	return []string{
+		"--data-root", filepath.Join(stateDir, "data"),
+		"--exec-root", execRoot(stateDir),
+		"--pidfile", pidPath(stateDir),
+		"--host", "unix://" + sock,
+		"--config-file", configPath(stateDir),
+		"--bridge", "none",
+		"--storage-driver", "overlay2",
+	}
+}
+
+// maxSocketPath is a unix socket path's limit (sun_path, less its NUL).
+const maxSocketPath = 107
+
+// socketPath is the started dockerd's socket in the state folder, or, when
+// that path is too long for a unix socket, one in /run named after it.
+func socketPath(stateDir string) (string, error) {
+	if p := filepath.Join(stateDir, "docker.sock"); len(p) <= maxSocketPath {
+		return p, nil
+	}
+	return filepath.Join(shortRunDir(stateDir), "docker.sock"), nil
+}
+
+// execRoot holds containerd's sockets, which have the same length limit.
+func execRoot(stateDir string) string {
+	if p := filepath.Join(stateDir, "exec"); len(p) <= 60 {
+		return p
+	}
+	return filepath.Join(shortRunDir(stateDir), "exec")
+}
+
+func shortRunDir(stateDir string) string {
+	sum := sha256.Sum256([]byte(stateDir))
+	return filepath.Join("/run", "gpulab-"+hex.EncodeToString(sum[:6]))
+}
+
+func configPath(dir string) string { return filepath.Join(dir, "daemon.json") }
 
 func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {

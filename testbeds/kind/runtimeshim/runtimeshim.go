@@ -60,15 +60,31 @@ func Bounding(statusFile string) (map[string]bool, error) {
 }
 
 // Missing lists the capabilities a privileged container asks for that the
-// bounding set lacks; empty means the shim is not needed.
-func Missing(bounding map[string]bool) []string {
+// bounding set lacks. Capabilities numbered above lastCap (the kernel's
+// /proc/sys/kernel/cap_last_cap) do not exist on this kernel: runc never
+// asks for them, so they never count as missing.
+func Missing(bounding map[string]bool, lastCap int) []string {
 	var missing []string
-	for _, name := range capNames {
-		if !bounding[name] {
+	for i, name := range capNames {
+		if i <= lastCap && !bounding[name] {
 			missing = append(missing, name)
 		}
 	}
 	return missing
+}
+
+// LastCap reads the number of the kernel's highest capability from path
+// (/proc/sys/kernel/cap_last_cap).
+func LastCap(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading the kernel's last capability: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("parsing %s: %q is not a capability number", path, strings.TrimSpace(string(data)))
+	}
+	return n, nil
 }
 
 // capSets are the process.capabilities fields of an OCI spec.

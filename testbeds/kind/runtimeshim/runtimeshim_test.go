@@ -18,7 +18,7 @@ func TestBoundingParsesCapBnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := Missing(set); !slices.Equal(got, []string{"CAP_SYS_RESOURCE"}) {
+	if got := Missing(set, 40); !slices.Equal(got, []string{"CAP_SYS_RESOURCE"}) {
 		t.Errorf("Missing = %v, want [CAP_SYS_RESOURCE]", got)
 	}
 	if !set["CAP_SYS_ADMIN"] || !set["CAP_CHECKPOINT_RESTORE"] {
@@ -105,5 +105,40 @@ func TestFilterFileDropsOnlyMissingCapabilities(t *testing.T) {
 	data, _ = os.ReadFile(process)
 	if string(data) != `{"args":["ls"],"capabilities":{"bounding":[]}}` {
 		t.Errorf("process file = %s", data)
+	}
+}
+
+// A kernel older than the capability list (cap_last_cap 37: no
+// CAP_PERFMON, CAP_BPF or CAP_CHECKPOINT_RESTORE) lacks them in its
+// bounding set because they do not exist, not because they were dropped.
+func TestMissingIgnoresCapabilitiesTheKernelDoesNotHave(t *testing.T) {
+	dir := t.TempDir()
+	status, last := filepath.Join(dir, "status"), filepath.Join(dir, "cap_last_cap")
+	// Capabilities 0..37, all present.
+	if err := os.WriteFile(status, []byte("CapBnd:\t0000003fffffffff\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(last, []byte("37\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := Bounding(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastCap, err := LastCap(last)
+	if err != nil || lastCap != 37 {
+		t.Fatalf("LastCap = %d, %v", lastCap, err)
+	}
+	if got := Missing(set, lastCap); len(got) != 0 {
+		t.Errorf("Missing = %v on a kernel whose last capability is 37, want none", got)
+	}
+	if got := Missing(set, 40); !slices.Equal(got, []string{"CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE"}) {
+		t.Errorf("Missing = %v on a kernel with 40, want the three newest", got)
+	}
+	if err := os.WriteFile(last, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LastCap(last); err == nil {
+		t.Error("LastCap accepted a non-number")
 	}
 }

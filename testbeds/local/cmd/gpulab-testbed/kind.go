@@ -57,6 +57,10 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		}
 	}
 	stateDir := kind.DockerStateDir(cacheDir)
+	// Every command talks to the dockerd docker-up started, if it runs.
+	if _, err := dockerhost.UseStarted(stateDir); err != nil {
+		return err
+	}
 	switch cmd {
 	case "kind-build":
 		opts := binaries.Options{CacheDir: cacheDir, Log: os.Stdout}
