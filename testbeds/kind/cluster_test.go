@@ -57,7 +57,8 @@ func kindTestOptions(t *testing.T) Options {
 		workers = n
 	}
 	return Options{
-		Name: "gpulab-test", Workers: workers, Log: testWriter{t},
+		// Concurrent runs on one host get distinct clusters.
+		Name: fmt.Sprintf("gpulab-test-%d", os.Getpid()), Workers: workers, Log: testWriter{t},
 		ArtifactsDir: filepath.Join(root, "_artifacts", "kind-"+strings.ReplaceAll(t.Name(), "/", "-")),
 	}
 }

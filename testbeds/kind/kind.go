@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	kindlog "sigs.k8s.io/kind/pkg/log"
 
@@ -64,6 +66,22 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// Log receives progress. Defaults to io.Discard.
 	Log io.Writer
+	// Reuse uses a cluster of this name that gpulab created earlier as it
+	// is, instead of refusing to create one over it.
+	Reuse bool
+}
+
+// ErrClusterExists says a kind cluster of the name is already there.
+// Create never deletes it: one gpulab did not create is someone else's.
+var ErrClusterExists = errors.New("kind cluster exists")
+
+// provider is what the testbed uses of kind's cluster.Provider.
+type provider interface {
+	List() ([]string, error)
+	Create(name string, options ...cluster.CreateOption) error
+	Delete(name, explicitKubeconfigPath string) error
+	ListInternalNodes(name string) ([]nodes.Node, error)
+	CollectLogs(name, dir string) error
 }
 
 // Cluster is one kind cluster.
@@ -71,7 +89,10 @@ type Cluster struct {
 	opts       Options
 	root       string
 	kubeconfig string
-	provider   *cluster.Provider
+	provider   provider
+	// reused is set by Create when it took over an existing cluster of
+	// gpulab's (Options.Reuse).
+	reused bool
 	// NodeImage is the node image the cluster runs (set by Create).
 	NodeImage string
 }
@@ -156,7 +177,11 @@ func (c *Cluster) Create(ctx context.Context) error {
 		}
 		c.NodeImage = res.Ref
 	}
-	if err := os.MkdirAll(filepath.Dir(c.kubeconfig), 0o755); err != nil {
+	if done, err := c.claimName(); err != nil || done {
+		if err == nil {
+			fmt.Fprintf(c.opts.Log, "reusing kind cluster %q, which gpulab created\n", c.opts.Name)
+			err = c.WaitReady(ctx)
+		}
 		return err
 	}
 	start := time.Now()
@@ -177,6 +202,43 @@ func (c *Cluster) Create(ctx context.Context) error {
 	}
 	fmt.Fprintf(c.opts.Log, "kind cluster %q ready in %s\n", c.opts.Name, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// ownerMarker is written beside the kubeconfig before gpulab creates a
+// cluster: Down deletes only clusters that carry it.
+func (c *Cluster) ownerMarker() string {
+	return filepath.Join(filepath.Dir(c.kubeconfig), "created-by-gpulab")
+}
+
+func (c *Cluster) createdByGpulab() bool {
+	_, err := os.Stat(c.ownerMarker())
+	return err == nil
+}
+
+// claimName makes sure no cluster of the name exists and marks the name as
+// gpulab's, or, with Options.Reuse and a cluster gpulab created, reports
+// that one is there to use (true). A cluster of the name is never deleted.
+func (c *Cluster) claimName() (bool, error) {
+	existing, err := c.provider.List()
+	if err != nil {
+		return false, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	if slices.Contains(existing, c.opts.Name) {
+		switch {
+		case !c.createdByGpulab():
+			return false, fmt.Errorf("%w: %q was not created by gpulab, so it is left alone: choose another --name (or delete it yourself: kind delete cluster --name %s)",
+				ErrClusterExists, c.opts.Name, c.opts.Name)
+		case c.opts.Reuse:
+			c.reused = true
+			return true, nil
+		default:
+			return false, fmt.Errorf("%w: %q, created by gpulab earlier: use it with --reuse, or delete it with kind-down first", ErrClusterExists, c.opts.Name)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(c.kubeconfig), 0o755); err != nil {
+		return false, err
+	}
+	return false, os.WriteFile(c.ownerMarker(), []byte(c.opts.Name+"\n"), 0o644)
 }
 
 // failed exports the nodes' logs and deletes the cluster.
@@ -327,8 +389,18 @@ func (c *Cluster) CollectLogs(_ context.Context, dir string) error {
 }
 
 // Down deletes the cluster and its kubeconfig; a missing cluster is no
-// error.
+// error, and one that gpulab did not create is refused.
 func (c *Cluster) Down(_ context.Context) error {
+	if !c.createdByGpulab() {
+		existing, err := c.provider.List()
+		if err != nil {
+			return fmt.Errorf("listing kind clusters: %w", err)
+		}
+		if slices.Contains(existing, c.opts.Name) {
+			return fmt.Errorf("%w: %q was not created by gpulab: not deleting it", ErrClusterExists, c.opts.Name)
+		}
+		return nil
+	}
 	if err := c.provider.Delete(c.opts.Name, c.kubeconfig); err != nil {
 		return fmt.Errorf("deleting kind cluster %q: %w", c.opts.Name, err)
 	}

@@ -29,8 +29,9 @@ kind testbed commands (need Docker; run as root to start dockerd or build the ba
   kind-build   build a kind node's programs from the Go module proxy (cached)
   kind-image   build the kind node image and its component images (cached)
   kind-up      create a kind cluster from that image and install Volcano and gpulab
-               (--name, --workers, --profile, --cluster-only)
-  kind-down    delete the kind cluster
+               (--name, --workers, --profile, --cluster-only, --reuse); a cluster of
+               that name is never deleted
+  kind-down    delete the kind cluster, if gpulab created it
   kind-logs    export the kind cluster's node logs (--dir)
 `
 
@@ -41,6 +42,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	workers := fs.Int("workers", 4, "kind-up: worker nodes")
 	profile := fs.String("profile", kind.DefaultWorkerProfile, "kind-up: the node profile the workers play")
 	timeout := fs.Duration("timeout", 5*time.Minute, "kind-up: how long to wait for nodes, CoreDNS and the pod network")
+	reuse := fs.Bool("reuse", false, "kind-up: use a cluster of --name that gpulab created earlier as it is (a cluster of that name is never deleted; one gpulab did not create is refused)")
 	clusterOnly := fs.Bool("cluster-only", false, "kind-up: create the cluster without installing Volcano and gpulab")
 	dir := fs.String("dir", "", "kind-logs: where to export (default <repo>/_artifacts/kind-<name>)")
 	if err := fs.Parse(args); err != nil {
@@ -111,7 +113,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		}
 		return nil
 	}
-	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout})
+	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout, Reuse: *reuse})
 	if err != nil {
 		return err
 	}
