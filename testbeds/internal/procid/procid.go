@@ -2,10 +2,14 @@
 // that file was written for, before anyone signals it.
 //
 // A pid file outlives its process, and the kernel hands the number to the
-// next program. That program started after ours exited, so after the pid
-// file was written: a live process whose start time is later than the
-// file's last write is someone else's. With the program's name checked too,
-// a reused PID is never signalled.
+// next program. Whoever starts a process records its Identity (start time in
+// clock ticks, boot, executable) beside the pid file; Owned compares the live
+// process with it, and Signal checks it again through a pidfd, so a reused
+// PID is never signalled. A pid file with no record (written by a tool such
+// as kwokctl before gpulab saw the process) is checked by its time and the
+// program: the process must have started around the file's last write (not
+// after it, as one that got a reused number did) and run the binary the
+// caller configured.
 package procid
 
 import (
@@ -81,22 +85,11 @@ func Program(pid int) (string, error) {
 	return filepath.Base(string(argv0)), nil
 }
 
-// StartTime is when pid started: field 22 of /proc/<pid>/stat, clock ticks
-// after boot.
+// StartTime is when pid started, from its start ticks and the boot time.
 func StartTime(pid int) (time.Time, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ticks, err := startTicks(pid)
 	if err != nil {
 		return time.Time{}, err
-	}
-	// Fields after the parenthesised command name, which may hold spaces;
-	// the state is field 3, so the start time (22) is the 20th here.
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	if len(fields) < 20 {
-		return time.Time{}, fmt.Errorf("pid %d: short /proc stat", pid)
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("pid %d: start time %q: %w", pid, fields[19], err)
 	}
 	boot, err := bootTime()
 	if err != nil {
