@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -74,39 +73,38 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 }
 
 // runningPID is the component's live pid from its pid file, or 0 when it is
-// not running (or the pid went to another program).
+// not running (or the pid went to another process).
 func (t *Testbed) runningPID(component string) int {
-	pid := readPID(t.pidFile(component))
-	if pid <= 0 || !processAlive(pid) {
+	id, ok := t.ownProcess(component, t.configuredBinaries())
+	if !ok {
 		return 0
 	}
-	if err := procid.Verify(t.pidFile(component), pid, component); err != nil {
-		// A stale pid file whose number went to another process.
-		fmt.Fprintf(t.opts.Log, "%s: %v; leaving it alone\n", component, err)
-		return 0
-	}
-	return pid
+	return id.PID
 }
 
 // restartLocked is Restart for a caller that holds the testbed's lock.
 func (t *Testbed) restartLocked(ctx context.Context, bins *binaries.Set, ports Ports, component string) error {
-	pidFile := filepath.Join(t.Workdir(), "pids", component+".pid")
-	pid := t.runningPID(component)
+	pidFile := t.pidFile(component)
+	own, running := t.ownProcess(component, t.configuredBinaries())
+	pid := own.PID
 
 	start := time.Now()
-	if pid == 0 {
+	if !running {
+		pid = 0
 		fmt.Fprintf(t.opts.Log, "%s is not running; starting it\n", component)
 	} else {
 		fmt.Fprintf(t.opts.Log, "restarting %s (pid %d)\n", component, pid)
-		if err := stopProcess(ctx, pid); err != nil {
+		if err := stopProcess(ctx, own); err != nil {
 			return fmt.Errorf("stopping %s: %w", component, err)
 		}
 	}
 	stopped := time.Since(start)
 	// kwokctl starts only components it thinks are stopped, and takes any
 	// pid that answers signal 0 (a zombie too) for a running one.
-	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	for _, f := range []string{pidFile, procid.IDFile(pidFile)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	// kwokctl truncates the log it starts a component with; keep the old
 	// process's log beside it (Down archives both).
@@ -125,35 +123,12 @@ func (t *Testbed) restartLocked(ctx context.Context, bins *binaries.Set, ports P
 	if newPID <= 0 || newPID == pid || !processAlive(newPID) {
 		return fmt.Errorf("kwokctl did not start %s again (pid file %s)", component, pidFile)
 	}
+	t.recordIdentities()
 	if err := t.waitHealthy(ctx, component, newPID, ports); err != nil {
 		return err
 	}
 	fmt.Fprintf(t.opts.Log, "%s restarted (pid %d): stopped in %s, healthy %s later\n", component, newPID,
 		stopped.Round(100*time.Millisecond), (time.Since(start) - stopped).Round(100*time.Millisecond))
-	return nil
-}
-
-// stopProcess sends SIGTERM and waits for the process to be gone, then
-// SIGKILL and waits again.
-func stopProcess(ctx context.Context, pid int) error {
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		return fmt.Errorf("signalling pid %d: %w", pid, err)
-	}
-	gone := func(context.Context) (bool, error) { return !processAlive(pid), nil }
-	if err := poll(ctx, stopTimeout, gone); err == nil {
-		return nil
-	} else if ctx.Err() != nil {
-		return err
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("killing pid %d: %w", pid, err)
-	}
-	if err := poll(ctx, killTimeout, gone); err != nil {
-		return fmt.Errorf("pid %d still alive after SIGKILL: %w", pid, err)
-	}
 	return nil
 }
 

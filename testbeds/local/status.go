@@ -16,7 +16,6 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/testbeds/internal/procid"
 )
 
 const (
@@ -75,13 +74,13 @@ type Status struct {
 // Components reports every process with its pid, liveness and log path.
 func (t *Testbed) Components() []ComponentStatus {
 	names := t.components()
+	bins := t.configuredBinaries()
 	out := make([]ComponentStatus, 0, len(names))
 	for _, name := range names {
 		s := ComponentStatus{Name: name, Log: filepath.Join(t.Workdir(), "logs", name+".log")}
 		s.PID = readPID(t.pidFile(name))
-		// Running only when the PID is still the process kwokctl started:
-		// Down signals what this reports.
-		s.Running = s.PID > 0 && processAlive(s.PID) && procid.Verify(t.pidFile(name), s.PID, name) == nil
+		// Running only when the PID is still the process kwokctl started.
+		_, s.Running = t.ownProcess(name, bins)
 		out = append(out, s)
 	}
 	return out
@@ -227,68 +226,8 @@ func (t *Testbed) WaitReady(ctx context.Context) error {
 
 // apiServerRunning says whether the cluster's API server process is alive.
 func (t *Testbed) apiServerRunning() bool {
-	path := t.pidFile("kube-apiserver")
-	pid := readPID(path)
-	return pid > 0 && processAlive(pid) && procid.Verify(path, pid, "kube-apiserver") == nil
-}
-
-// componentPIDs lists the live processes of the testbed.
-func (t *Testbed) componentPIDs() []int {
-	var pids []int
-	for _, c := range t.Components() {
-		if c.Running {
-			pids = append(pids, c.PID)
-		}
-	}
-	return pids
-}
-
-// waitExited waits for the given processes to exit and kills, by PID, any
-// still alive at the deadline.
-func waitExited(ctx context.Context, pids []int, timeout time.Duration) error {
-	err := poll(ctx, timeout, func(context.Context) (bool, error) {
-		for _, pid := range pids {
-			if processAlive(pid) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err == nil {
-		return nil
-	}
-	var errs []error
-	for _, pid := range pids {
-		if processAlive(pid) {
-			if killErr := syscall.Kill(pid, syscall.SIGKILL); killErr != nil {
-				errs = append(errs, fmt.Errorf("killing pid %d: %w", pid, killErr))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func readPID(path string) int { return procid.Read(path) }
-
-func (t *Testbed) pidFile(component string) string {
-	return filepath.Join(t.Workdir(), "pids", component+".pid")
-}
-
-// removeForeignPIDFiles removes every pid file whose live PID went to
-// another process, saying so: kwokctl delete signals whatever its pid files
-// name.
-func (t *Testbed) removeForeignPIDFiles() {
-	for _, name := range t.components() {
-		path := t.pidFile(name)
-		pid := readPID(path)
-		if pid <= 0 || !processAlive(pid) {
-			continue
-		}
-		if err := procid.Verify(path, pid, name); errors.Is(err, procid.ErrNotOurs) {
-			fmt.Fprintf(t.opts.Log, "%s: %v; leaving it alone and removing the stale pid file\n", name, err)
-			_ = os.Remove(path)
-		}
-	}
+	_, ok := t.ownProcess("kube-apiserver", t.configuredBinaries())
+	return ok
 }
 
 // processAlive says whether pid is a live process. A zombie is gone only

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -237,6 +238,7 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := t.createCluster(ctx, bins, volcano, kuberay, agent); err != nil {
 		return err
 	}
+	t.recordIdentities()
 	fmt.Fprintf(t.opts.Log, "control plane up in %s\n", time.Since(start).Round(100*time.Millisecond))
 
 	c, err := t.Client()
@@ -285,22 +287,31 @@ func (t *Testbed) Down(ctx context.Context) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	t.removeForeignPIDFiles()
-	pids := t.componentPIDs()
+	// Stale pid files go before kwokctl delete, which signals what they name.
+	own := t.ownProcesses()
 	// Keep the logs past the cluster's removal: a failed Up or test points
 	// at them.
 	errs := []error{archiveLogs(filepath.Join(t.Workdir(), "logs"), t.LogArchive())}
+	deleted := false
 	if _, err := os.Stat(t.Workdir()); err == nil {
 		bins, err := binaries.Lookup(ctx, binaries.Options{CacheDir: t.opts.CacheDir})
 		if err != nil {
 			errs = append(errs, err)
 		} else if err := t.kwokctl(ctx, bins, "delete", "cluster", "--name", t.opts.Name); err != nil {
 			errs = append(errs, err)
+		} else {
+			deleted = true
 		}
 	}
-	// kwokctl signals its processes; make sure they are gone, so no port
-	// stays bound, and kill by PID only the processes this testbed started.
-	if err := waitExited(ctx, pids, 30*time.Second); err != nil {
+	if !deleted {
+		// kwokctl did not stop them: do it here rather than wait.
+		for _, id := range own {
+			errs = append(errs, signal(id, syscall.SIGTERM))
+		}
+	}
+	// Make sure they are gone, so no port stays bound, killing only the
+	// processes this testbed started.
+	if err := waitExited(ctx, own, 30*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, os.RemoveAll(t.Workdir()), os.RemoveAll(t.stateDir()))
