@@ -177,6 +177,10 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 	d.PID = proc.ID()
 	go func() { _ = cmd.Wait() }() // reap it if it dies while this process runs
+	// Recorded at once, so Stop never signals a later owner of the PID.
+	if err := recordIdentity(opts.StateDir, d.PID); err != nil {
+		return nil, err
+	}
 	// This process and what it runs (the docker CLI, kind) talk to it.
 	if err := os.Setenv("DOCKER_HOST", "unix://"+sock); err != nil {
 		return nil, err
@@ -201,28 +205,32 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 	}
 }
 
-// Stop ends the dockerd that Ensure started (by the PID it recorded) and
-// waits for it to exit; without one it does nothing.
+// Stop ends the dockerd that Ensure started (by the PID it recorded, while
+// that is still the same process) and waits for it to exit; without one it
+// does nothing.
 func Stop(ctx context.Context, stateDir string, timeout time.Duration) (int, error) {
-	pid := recordedPID(stateDir)
-	if pid == 0 {
+	id, ok := recorded(stateDir)
+	if !ok {
 		return 0, nil
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		return pid, fmt.Errorf("stopping dockerd (PID %d): %w", pid, err)
+	if err := procid.Signal(id, syscall.SIGTERM); err != nil {
+		if errors.Is(err, procid.ErrNotRunning) || errors.Is(err, procid.ErrNotOurs) {
+			return 0, nil
+		}
+		return id.PID, fmt.Errorf("stopping dockerd (PID %d): %w", id.PID, err)
 	}
 	deadline := time.Now().Add(timeout)
-	for alive(pid) {
+	for id.Check() == nil && alive(id.PID) {
 		if time.Now().After(deadline) {
-			return pid, fmt.Errorf("dockerd (PID %d) still runs %s after SIGTERM", pid, timeout)
+			return id.PID, fmt.Errorf("dockerd (PID %d) still runs %s after SIGTERM", id.PID, timeout)
 		}
 		select {
 		case <-ctx.Done():
-			return pid, ctx.Err()
+			return id.PID, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return pid, nil
+	return id.PID, nil
 }
 
 // runsShim says whether the running daemon's default runtime is the shim.
@@ -258,23 +266,44 @@ func buildShim(ctx context.Context, opts Options) (string, error) {
 func pidPath(dir string) string { return filepath.Join(dir, "dockerd.pid") }
 func logPath(dir string) string { return filepath.Join(dir, "dockerd.log") }
 
-// recordedPID is the PID in the state folder's PID file if that process
-// still runs and is the dockerd that wrote it, else 0. A PID the kernel gave
-// to another process is never signalled: its stale file is removed.
+// recordedPID is the PID of the dockerd Ensure started if it still runs,
+// else 0.
 func recordedPID(dir string) int {
+	id, _ := recorded(dir)
+	return id.PID
+}
+
+// recorded is the identity of the dockerd Ensure started, if the PID in its
+// pid file is still that process: the identity recorded at start decides;
+// without one, the PID must run dockerd and have started around the pid
+// file's write. A PID the kernel gave to another process is never
+// signalled: its stale file is removed.
+func recorded(dir string) (procid.Identity, bool) {
 	path := pidPath(dir)
-	pid := procid.Read(path)
-	if pid <= 0 || !alive(pid) {
-		return 0
+	expect := procid.Expect{Program: "dockerd"}
+	if bin, err := exec.LookPath("dockerd"); err == nil {
+		expect.Exe = bin
 	}
-	if err := procid.Verify(path, pid, "dockerd"); err != nil {
-		if errors.Is(err, procid.ErrNotOurs) {
-			fmt.Fprintf(os.Stderr, "dockerhost: %v; leaving it alone and removing %s\n", err, path)
-			_ = os.Remove(path)
-		}
-		return 0
+	id, err := procid.Owned(path, expect)
+	if errors.Is(err, procid.ErrNotOurs) {
+		fmt.Fprintf(os.Stderr, "dockerhost: %v; leaving it alone and removing %s\n", err, path)
+		_ = os.Remove(path)
+		_ = os.Remove(procid.IDFile(path))
 	}
-	return pid
+	if err != nil || !alive(id.PID) {
+		return procid.Identity{}, false
+	}
+	return id, true
+}
+
+// recordIdentity records the identity of the dockerd just started beside
+// the pid file it writes.
+func recordIdentity(dir string, pid int) error {
+	id, err := procid.Of(pid)
+	if err != nil {
+		return fmt.Errorf("recording the identity of dockerd (PID %d): %w", pid, err)
+	}
+	return procid.Save(procid.IDFile(pidPath(dir)), id)
 }
 
 // UseStarted points this process's Docker clients (DOCKER_HOST, which the
