@@ -228,9 +228,16 @@ func (t *Testbed) kwokctl(ctx context.Context, bins *binaries.Set, args ...strin
 	defer logFile.Close()
 	fmt.Fprintf(logFile, "$ kwokctl %s\n", strings.Join(args, " "))
 
+	if args[0] == "create" || args[0] == "delete" {
+		// They add and remove a context in $KUBECONFIG or ~/.kube/config
+		// unless given a file of their own (start takes no such flag).
+		args = append(args, "--kubeconfig="+t.kwokctlKubeconfig())
+	}
 	cmd := exec.CommandContext(ctx, bins.Kwokctl, args...)
 	cmd.Env = append(os.Environ(),
 		"KWOK_WORKDIR="+t.kwokWorkdir(),
+		// kwokctl's default kubeconfig, and kubectl's, which it runs.
+		"KUBECONFIG="+t.kwokctlKubeconfig(),
 		"PATH="+filepath.Dir(bins.Kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"),
 	)
 	var out bytes.Buffer
@@ -240,6 +247,13 @@ func (t *Testbed) kwokctl(ctx context.Context, bins *binaries.Set, args ...strin
 		return fmt.Errorf("kwokctl %s: %w\n%s\n(log: %s)", args[0], err, lastLines(out.String(), 20), logPath)
 	}
 	return nil
+}
+
+// kwokctlKubeconfig is the only kubeconfig kwokctl may write: the user's
+// ($KUBECONFIG, ~/.kube/config) is never touched. It lives in the state
+// folder, which Down removes (delete refuses an empty path).
+func (t *Testbed) kwokctlKubeconfig() string {
+	return filepath.Join(t.stateDir(), "kwokctl-contexts.yaml")
 }
 
 func lastLines(s string, n int) string {
