@@ -219,22 +219,40 @@ func Owned(pidFile string, expect Expect) (Identity, error) {
 
 // startTicks is field 22 of /proc/<pid>/stat.
 func startTicks(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return 0, fmt.Errorf("pid %d: %w", pid, ErrNotRunning)
-	}
+	fields, err := statFields(pid)
 	if err != nil {
 		return 0, err
-	}
-	// After the parenthesised command name, which may hold spaces, the
-	// state is field 3, so the start time (22) is the 20th.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("pid %d: short /proc stat", pid)
 	}
 	ticks, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("pid %d: start time %q: %w", pid, fields[19], err)
 	}
 	return ticks, nil
+}
+
+// state is field 3 of /proc/<pid>/stat ("Z" for a zombie).
+func state(pid int) (string, error) {
+	fields, err := statFields(pid)
+	if err != nil {
+		return "", err
+	}
+	return fields[0], nil
+}
+
+// statFields are the fields of /proc/<pid>/stat after the parenthesised
+// command name (which may hold spaces): the state (field 3) first, the
+// start time (22) 20th.
+func statFields(pid int) ([]string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrNotRunning)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(fields) < 20 {
+		return nil, fmt.Errorf("pid %d: short /proc stat", pid)
+	}
+	return fields, nil
 }

@@ -62,6 +62,11 @@ func Verify(pidFile string, pid int, program string) error {
 		return fmt.Errorf("pid %d started at %s, after %s was written at %s: %w",
 			pid, started.Format(time.RFC3339), pidFile, info.ModTime().Format(time.RFC3339), ErrNotOurs)
 	}
+	// A zombie's command line and executable are gone: nothing to compare,
+	// and nothing that runs.
+	if s, err := state(pid); err != nil || s == "Z" {
+		return fmt.Errorf("pid %d has exited: %w", pid, ErrNotRunning)
+	}
 	if program == "" {
 		return nil
 	}

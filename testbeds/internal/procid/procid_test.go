@@ -194,3 +194,28 @@ func TestOwned(t *testing.T) {
 		t.Fatalf("record with another start time: %v, want ErrNotOurs", err)
 	}
 }
+
+// A process that has exited but is not reaped yet (a zombie has no command
+// line or executable) is not running; it is not another process.
+func TestOwnedZombieIsNotRunning(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), "true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if s, err := state(pid); err == nil && s == "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d never became a zombie", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pidFile := writePIDFile(t, pid, time.Now())
+	if _, err := Owned(pidFile, Expect{Program: "true"}); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Owned of an exited, unreaped process: %v, want ErrNotRunning", err)
+	}
+}
