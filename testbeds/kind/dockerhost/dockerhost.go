@@ -321,8 +321,7 @@ func UseStarted(stateDir string) (bool, error) {
 }
 
 // daemonArgs keep everything of the dockerd gpulab starts under its state
-// folder: data, exec state, PID file, socket and config file, and it makes
-// no docker0 bridge (kind makes its own network). The host's
+// folder: data, exec state, PID file, socket and config file. The host's
 // /var/lib/docker, /run/docker.sock and /etc/docker/daemon.json stay
 // untouched.
 func daemonArgs(stateDir, sock string) []string {
@@ -332,7 +331,6 @@ func daemonArgs(stateDir, sock string) []string {
 		"--pidfile", pidPath(stateDir),
 		"--host", "unix://" + sock,
 		"--config-file", configPath(stateDir),
-		"--bridge", "none",
 		"--storage-driver", "overlay2",
 	}
 }
