@@ -190,20 +190,13 @@ func Owned(pidFile string, expect Expect) (Identity, error) {
 	if rec, err := Load(IDFile(pidFile)); err == nil && rec.PID == pid {
 		return now, rec.Same(now)
 	}
-	if err := Verify(pidFile, pid, expect.Program); err != nil {
-		return Identity{}, err
-	}
-	info, err := os.Stat(pidFile)
+	started, written, err := verify(pidFile, pid, expect.Program)
 	if err != nil {
 		return Identity{}, err
 	}
-	started, err := StartTime(pid)
-	if err != nil {
-		return Identity{}, err
-	}
-	if started.Before(info.ModTime().Add(-slackBefore)) {
+	if started.Before(written.Add(-slackBefore)) {
 		return Identity{}, fmt.Errorf("pid %d started at %s, long before %s was written at %s: %w",
-			pid, started.Format(time.RFC3339), pidFile, info.ModTime().Format(time.RFC3339), ErrNotOurs)
+			pid, started.Format(time.RFC3339), pidFile, written.Format(time.RFC3339), ErrNotOurs)
 	}
 	if expect.Exe != "" {
 		want := expect.Exe

@@ -50,18 +50,31 @@ func Read(pidFile string) int {
 // started no later than pidFile was last written. The error wraps
 // ErrNotOurs when the PID went to another process.
 func Verify(pidFile string, pid int, program string) error {
+	_, _, err := verify(pidFile, pid, program)
+	return err
+}
+
+// verify is Verify, returning the start time and the pid file's last write
+// it compared, for Owned's further check.
+func verify(pidFile string, pid int, program string) (started, written time.Time, err error) {
 	info, err := os.Stat(pidFile)
 	if err != nil {
-		return err
+		return started, written, err
 	}
-	started, err := StartTime(pid)
-	if err != nil {
-		return err
+	written = info.ModTime()
+	if started, err = StartTime(pid); err != nil {
+		return started, written, err
 	}
-	if started.After(info.ModTime().Add(slack)) {
-		return fmt.Errorf("pid %d started at %s, after %s was written at %s: %w",
-			pid, started.Format(time.RFC3339), pidFile, info.ModTime().Format(time.RFC3339), ErrNotOurs)
+	if started.After(written.Add(slack)) {
+		return started, written, fmt.Errorf("pid %d started at %s, after %s was written at %s: %w",
+			pid, started.Format(time.RFC3339), pidFile, written.Format(time.RFC3339), ErrNotOurs)
 	}
+	return started, written, checkProgram(pid, program)
+}
+
+// checkProgram says whether pid still runs (not a zombie) a program whose
+// base name is program ("" skips the name).
+func checkProgram(pid int, program string) error {
 	// A zombie's command line and executable are gone: nothing to compare,
 	// and nothing that runs.
 	if s, err := state(pid); err != nil || s == "Z" {
