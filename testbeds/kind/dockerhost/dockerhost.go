@@ -140,10 +140,7 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	sock, err := socketPath(opts.StateDir)
-	if err != nil {
-		return nil, err
-	}
+	sock := socketPath(opts.StateDir)
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		return nil, err
 	}
@@ -313,11 +310,7 @@ func UseStarted(stateDir string) (bool, error) {
 	if os.Getenv("DOCKER_HOST") != "" || recordedPID(stateDir) == 0 {
 		return false, nil
 	}
-	sock, err := socketPath(stateDir)
-	if err != nil {
-		return false, err
-	}
-	return true, os.Setenv("DOCKER_HOST", "unix://"+sock)
+	return true, os.Setenv("DOCKER_HOST", "unix://"+socketPath(stateDir))
 }
 
 // daemonArgs keep everything of the dockerd gpulab starts under its state
@@ -340,11 +333,11 @@ const maxSocketPath = 107
 
 // socketPath is the started dockerd's socket in the state folder, or, when
 // that path is too long for a unix socket, one in /run named after it.
-func socketPath(stateDir string) (string, error) {
+func socketPath(stateDir string) string {
 	if p := filepath.Join(stateDir, "docker.sock"); len(p) <= maxSocketPath {
-		return p, nil
+		return p
 	}
-	return filepath.Join(shortRunDir(stateDir), "docker.sock"), nil
+	return filepath.Join(shortRunDir(stateDir), "docker.sock")
 }
 
 // execRoot holds containerd's sockets, which have the same length limit.
