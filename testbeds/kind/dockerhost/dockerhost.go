@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,6 +73,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.StateDir == "" {
 		return o, errors.New("dockerhost: Options.StateDir is required")
 	}
+	dir, err := realDir(o.StateDir)
+	if err != nil {
+		return o, err
+	}
+	o.StateDir = dir
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 60 * time.Second
 	}
@@ -206,6 +212,10 @@ func Ensure(ctx context.Context, opts Options) (*Daemon, error) {
 // that is still the same process) and waits for it to exit; without one it
 // does nothing.
 func Stop(ctx context.Context, stateDir string, timeout time.Duration) (int, error) {
+	stateDir, err := realDir(stateDir)
+	if err != nil {
+		return 0, err
+	}
 	id, ok := recorded(stateDir)
 	if !ok {
 		return 0, nil
@@ -307,10 +317,37 @@ func recordIdentity(dir string, pid int) error {
 // docker CLI and kind's provider read) at the dockerd that Ensure started,
 // when it runs and DOCKER_HOST is not set already. It says whether it did.
 func UseStarted(stateDir string) (bool, error) {
+	stateDir, err := realDir(stateDir)
+	if err != nil {
+		return false, err
+	}
 	if os.Getenv("DOCKER_HOST") != "" || recordedPID(stateDir) == 0 {
 		return false, nil
 	}
 	return true, os.Setenv("DOCKER_HOST", "unix://"+socketPath(stateDir))
+}
+
+// realDir is dir as an absolute path without symbolic links, resolving the
+// part that exists: runc refuses a container root file system whose path
+// holds a link ("invalid rootfs: not an absolute path, or a symlink"), and
+// the cache folder the state lives in often is one. Every entry point
+// resolves it alike, so the socket and pid file derived from it agree.
+func realDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("dockerhost: state folder %s: %w", dir, err)
+	}
+	rest := ""
+	for p := abs; ; p = filepath.Dir(p) {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || p == filepath.Dir(p) {
+			return "", fmt.Errorf("dockerhost: state folder %s: %w", dir, err)
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+	}
 }
 
 // daemonArgs keep everything of the dockerd gpulab starts under its state

@@ -96,3 +96,33 @@ func TestUseStartedKeepsTheUsersDockerHost(t *testing.T) {
 		t.Fatalf("DOCKER_HOST = %q", got)
 	}
 }
+
+// runc refuses a root file system whose path holds a symbolic link, and the
+// per-user cache is often one: the data and exec roots dockerd gets are the
+// state folder's real path, also for the part not created yet.
+func TestStateDirThroughASymlinkIsResolved(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "cache")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	realResolved, err := filepath.EvalSymlinks(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := Options{StateDir: filepath.Join(link, "kind", "docker")}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(realResolved, "kind", "docker")
+	if opts.StateDir != want {
+		t.Fatalf("state folder %s, want %s", opts.StateDir, want)
+	}
+	args := daemonArgs(opts.StateDir, socketPath(opts.StateDir))
+	for _, flag := range []string{"--data-root", "--exec-root"} {
+		v := args[slices.Index(args, flag)+1]
+		if strings.HasPrefix(v, link) {
+			t.Errorf("%s %s goes through the link %s", flag, v, link)
+		}
+	}
+}
