@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -29,6 +30,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/operator/internal/cachesync"
+	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
@@ -40,6 +42,10 @@ const ControllerName = "gpucluster"
 // productIndex indexes GPUClusters by the GPU products they request ("*"
 // for any), so an inventory change wakes only the clusters it can affect.
 const productIndex = "gpulab.io/gpu-product"
+
+// phaseIndex indexes GPUClusters by status.phase, so a node that comes back
+// wakes only the Unschedulable clusters.
+const phaseIndex = "gpulab.io/phase"
 
 // podClusterIndex indexes pods by their cluster label, so a cluster's pods
 // are listed without scanning its namespace's.
@@ -150,8 +156,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := r.writes.Track(ctx, mgr.GetCache(), written...); err != nil {
 		return err
 	}
-	if err := r.fleet.trackNodes(ctx, mgr.GetCache()); err != nil {
-		return err
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &gpulabv1alpha1.GPUCluster{}, phaseIndex, func(obj client.Object) []string {
+		return []string{string(obj.(*gpulabv1alpha1.GPUCluster).Status.Phase)}
+	}); err != nil {
+		return fmt.Errorf("indexing GPUClusters by phase: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -163,6 +171,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(r.inventoryChanged())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.clustersForLease),
 			builder.WithPredicates(r.leaseChanged())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.clustersForNode),
+			builder.WithPredicates(nodeCapacityChanged)).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			ReconciliationTimeout:   r.opts.ReconcileTimeout,
@@ -207,6 +217,35 @@ func (r *Reconciler) clustersForInventory(ctx context.Context, obj client.Object
 		for _, c := range list.Items {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
 		}
+	}
+	return reqs
+}
+
+// nodeCapacityChanged passes node events that can move the capacity view:
+// a node added or removed, cordoned or uncordoned, Ready or not, or with
+// other GPUs or labels; a kubelet heartbeat does not.
+var nodeCapacityChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	was, ok1 := e.ObjectOld.(*corev1.Node)
+	now, ok2 := e.ObjectNew.(*corev1.Node)
+	return !ok1 || !ok2 || capacity.NodeChanged(was, now)
+}}
+
+// clustersForNode wakes the Unschedulable clusters after a node change: a
+// node that returns can make them fit, and nothing else re-checks a
+// cluster whose capacity comes from fresh inventories. Clusters in other
+// phases keep what they have, so they are not woken. The workqueue folds
+// a burst of node changes into one reconcile per cluster.
+func (r *Reconciler) clustersForNode(ctx context.Context, _ client.Object) []reconcile.Request {
+	// Before the clusters are enqueued, so the reconciles see the change.
+	r.fleet.invalidate()
+	var list gpulabv1alpha1.GPUClusterList
+	if err := r.client.List(ctx, &list, client.MatchingFields{phaseIndex: string(gpulabv1alpha1.ClusterUnschedulable)}); err != nil {
+		log.FromContext(ctx).Error(err, "listing Unschedulable clusters for a node change")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
 }
@@ -343,7 +382,8 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 	}
 	if !s.desired.verdict.Fits {
 		// Nothing new is created for a gang that can never fit; existing
-		// pods stay. Inventory watches re-trigger; node capacity does not.
+		// pods stay. Inventory, heartbeat and node changes re-trigger;
+		// capacity counted from allocatable is also re-checked on a timer.
 		if !s.fromInventory {
 			return ctrl.Result{RequeueAfter: recheckCapacity}, nil
 		}

@@ -10,8 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -23,7 +21,7 @@ import (
 // on 1,250 nodes that was a quarter of the operator's CPU, and it grew with
 // nodes times reconciles. It is rebuilt after a change that can move it
 // (invalidate: inventory and heartbeat Lease changes, from the watches that
-// wake the clusters; node changes, from trackNodes), and when the first
+// wake the clusters; node changes, from the node watch), and when the first
 // fresh inventory would go stale.
 type fleetView struct {
 	dirty atomic.Bool
@@ -47,33 +45,6 @@ type fleetView struct {
 // own goroutine, so a separate handler could mark the view after the
 // reconcile it woke had read it.
 func (f *fleetView) invalidate() { f.dirty.Store(true) }
-
-// trackNodes invalidates the view on node changes that can move it. No
-// reconcile waits on a node event (capacity from allocatable is
-// re-checked on a timer), so a separate handler is enough. Call it before
-// the cache starts.
-func (f *fleetView) trackNodes(ctx context.Context, informers cache.Informers) error {
-	inf, err := informers.GetInformer(ctx, &corev1.Node{})
-	if err != nil {
-		return fmt.Errorf("watching nodes for the capacity view: %w", err)
-	}
-	mark := func(any) { f.invalidate() }
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    mark,
-		DeleteFunc: mark,
-		UpdateFunc: func(was, now any) {
-			a, ok1 := was.(*corev1.Node)
-			b, ok2 := now.(*corev1.Node)
-			if !ok1 || !ok2 || capacity.NodeChanged(a, b) {
-				f.invalidate()
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watching nodes for the capacity view: %w", err)
-	}
-	return nil
-}
 
 // get returns the view at now, rebuilt from c when it may have moved. The
 // slices are shared: callers only read them.
