@@ -16,6 +16,7 @@ var rbacSources = []string{
 	"operator/config/rbac/leader_election_role.yaml",
 	"operator/config/rbac/agent_heartbeat_role.yaml",
 	"operator/config/rbac/metrics_auth_role.yaml",
+	"operator/config/rbac/aggregate_roles.yaml",
 	"operator/config/rbac/bindings.yaml",
 	"node-agent/config/rbac.yaml",
 	"node-agent/config/testbed/rbac-capacity.yaml",

@@ -69,8 +69,8 @@ func kustomizeObjects(t *testing.T) []*unstructured.Unstructured {
 	var objs []*unstructured.Unstructured
 	for _, f := range []string{
 		"operator/config/rbac/role.yaml", "operator/config/rbac/leader_election_role.yaml", "operator/config/rbac/agent_heartbeat_role.yaml",
-		"operator/config/rbac/metrics_auth_role.yaml", "operator/config/rbac/bindings.yaml",
-		"operator/config/manager/manager.yaml",
+		"operator/config/rbac/metrics_auth_role.yaml", "operator/config/rbac/bindings.yaml", "operator/config/rbac/aggregate_roles.yaml",
+		"operator/config/manager/manager.yaml", "operator/config/manager/pdb.yaml",
 		"node-agent/config/serviceaccount.yaml", "node-agent/config/rbac.yaml",
 		"node-agent/config/admission-policy.yaml", "node-agent/config/daemonset.yaml",
 	} {
@@ -426,5 +426,17 @@ func selects(t *testing.T, selector, labels map[string]string) {
 			t.Errorf("selector %v does not select labels %v", selector, labels)
 			return
 		}
+	}
+}
+
+// TestOperatorPDBOnlyWithAStandby: a budget for a single replica would
+// block every node drain, so one is rendered only with two or more.
+func TestOperatorPDBOnlyWithAStandby(t *testing.T) {
+	ch := loadChart(t)
+	if r := render(t, ch, values(t, "operator: {replicas: 1, leaderElection: {enabled: false}}")); r.has("PodDisruptionBudget", "gpulab-operator") {
+		t.Error("a PodDisruptionBudget for one replica")
+	}
+	if r := render(t, ch, nil); !r.has("PodDisruptionBudget", "gpulab-operator") {
+		t.Error("no PodDisruptionBudget for the default two replicas")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,9 +57,62 @@ func TestManifestsApplyAndStayLeastPrivilege(t *testing.T) {
 			}
 		}
 	}
-	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Deployment": 1, "ClusterRole": 3, "Service": 1, "ServiceAccount": 1} {
+	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Deployment": 1, "ClusterRole": 5, "PodDisruptionBudget": 1, "Service": 1, "ServiceAccount": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s objects, want %d (all: %v)", kinds[kind], kind, n, kinds)
+		}
+	}
+	checkAccess(t, env.Client)
+}
+
+// access is one question for the API server's authorizer.
+type access struct {
+	user, namespace, group, resource, name, verb string
+	allowed                                      bool
+}
+
+// checkAccess asks the API server's RBAC authorizer what the applied roles
+// allow: the operator elects its leader and records core Events, but cannot
+// write an agent's heartbeat Lease; gpulab-editor and gpulab-viewer carry
+// the labels that fold them into edit, admin and view.
+func checkAccess(t *testing.T, c client.Client) {
+	t.Helper()
+	const operator = "system:serviceaccount:gpulab-system:gpulab-operator"
+	for _, a := range []access{
+		{operator, "gpulab-system", "coordination.k8s.io", "leases", "", "create", true},
+		{operator, "gpulab-system", "coordination.k8s.io", "leases", "gpulab-operator.gpulab.io", "update", true},
+		{operator, "gpulab-system", "coordination.k8s.io", "leases", "gpulab-operator.gpulab.io", "get", true},
+		{operator, "gpulab-system", "coordination.k8s.io", "leases", "gpu-node-1", "get", true},
+		{operator, "gpulab-system", "coordination.k8s.io", "leases", "gpu-node-1", "update", false},
+		{operator, "gpulab-system", "coordination.k8s.io", "leases", "gpu-node-1", "delete", false},
+		{operator, "gpulab-system", "", "events", "", "create", true},
+		{operator, "gpulab-system", "events.k8s.io", "events", "", "create", true},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: a.user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: a.namespace, Group: a.group, Resource: a.resource, Name: a.name, Verb: a.verb,
+			},
+		}}
+		if err := c.Create(context.Background(), sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != a.allowed {
+			t.Errorf("%s may %s %s/%s %q in %s: %v, want %v", a.user, a.verb, a.group, a.resource, a.name, a.namespace, sar.Status.Allowed, a.allowed)
+		}
+	}
+	for name, labels := range map[string][]string{
+		"gpulab-editor": {"rbac.authorization.k8s.io/aggregate-to-edit", "rbac.authorization.k8s.io/aggregate-to-admin"},
+		"gpulab-viewer": {"rbac.authorization.k8s.io/aggregate-to-view"},
+	} {
+		var role rbacv1.ClusterRole
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, &role); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range labels {
+			if role.Labels[l] != "true" {
+				t.Errorf("ClusterRole %s lacks the label %s=true", name, l)
+			}
 		}
 	}
 }
