@@ -70,7 +70,8 @@ type GPUJobSpec struct {
 	RetryPolicy RetryPolicy `json:"retryPolicy,omitempty"`
 
 	// ActiveDeadlineSeconds bounds the whole job, retries included; past it the
-	// job fails with reason DeadlineExceeded and everything is stopped.
+	// job fails with reason DeadlineExceeded and everything is stopped. As with
+	// batch/v1 Jobs, time suspended does not count: resuming resets startTime.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
@@ -161,7 +162,8 @@ type GPUJobStatus struct {
 	// +optional
 	Failures int32 `json:"failures,omitempty"`
 
-	// StartTime is when the job was first reconciled.
+	// StartTime is when the job was first reconciled, or last resumed from
+	// suspension; activeDeadlineSeconds counts from it.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// ClusterReadyTime is when the current attempt's cluster became Ready.

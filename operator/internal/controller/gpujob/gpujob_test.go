@@ -319,3 +319,43 @@ func TestRestartAfterRecordingSubmitter(t *testing.T) {
 		t.Errorf("the second operator created %d clusters, want 0", n)
 	}
 }
+
+// TestDeadlineCountsOnlyUnsuspendedTime: as with batch/v1 Jobs, time spent
+// suspended (queued, for a job created suspended) does not count against
+// activeDeadlineSeconds, and resuming restarts the clock.
+func TestDeadlineCountsOnlyUnsuspendedTime(t *testing.T) {
+	c, ns := setup(t, nil)
+	j := newJob(ns, "queued")
+	j.Spec.Suspend = true
+	j.Spec.ActiveDeadlineSeconds = new(int64(2))
+	if err := c.Create(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	started := waitPhase(t, c, ns, "queued", gpulabv1alpha1.JobSuspended).Status.StartTime
+	if started == nil {
+		t.Fatal("no startTime")
+	}
+	// Suspended past the deadline, and still Suspended, not Failed.
+	past := started.Add(3 * time.Second)
+	testutil.Eventually(t, timeout, "suspended past the deadline", func() (bool, string) {
+		got := getJob(t, c, ns, "queued")
+		if got.Status.Phase != gpulabv1alpha1.JobSuspended {
+			t.Fatalf("phase %s while suspended: %+v", got.Status.Phase, got.Status.Conditions)
+		}
+		return time.Now().After(past), "before the deadline"
+	})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		j := getJob(t, c, ns, "queued")
+		j.Spec.Suspend = false
+		return c.Update(context.Background(), j)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sub := waitSubmitter(t, c, ns, "queued-submit-1")
+	got := getJob(t, c, ns, "queued")
+	if got.Status.Phase == gpulabv1alpha1.JobFailed || got.Status.StartTime == nil || got.Status.StartTime.Time.Before(past) {
+		t.Fatalf("after resume: phase %s, startTime %v (want not before %v: it restarts at the resume)", got.Status.Phase, got.Status.StartTime, past)
+	}
+	finishSubmitter(t, c, sub, true)
+	waitPhase(t, c, ns, "queued", gpulabv1alpha1.JobSucceeded)
+}

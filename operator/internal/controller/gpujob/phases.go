@@ -67,13 +67,16 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (ctrl.Result, error) {
 }
 
 // interrupt applies the rules of every unfinished phase once the job has
-// started: past activeDeadlineSeconds it fails, on spec.suspend it stops.
+// started: past activeDeadlineSeconds (counted while not suspended) it
+// fails, on spec.suspend it stops.
 func (r *Reconciler) interrupt(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
 	st := &s.job.Status
 	if st.StartTime == nil || s.finished() {
 		return st.Phase, nil
 	}
-	if d := s.job.Spec.ActiveDeadlineSeconds; d != nil {
+	// As with batch/v1, a suspended job's deadline is paused: a queue may
+	// hold it suspended for hours, and resuming restarts the clock.
+	if d := s.job.Spec.ActiveDeadlineSeconds; d != nil && st.Phase != gpulabv1alpha1.JobSuspended {
 		deadline := st.StartTime.Add(time.Duration(*d) * time.Second)
 		if !s.now.Before(deadline) {
 			if err := r.confirmCurrent(ctx, s); err != nil {
@@ -134,7 +137,7 @@ func (r *Reconciler) running(ctx context.Context, s *scope) (gpulabv1alpha1.JobP
 }
 
 // suspended waits for spec.suspend to go back to false, then resumes the
-// cluster.
+// cluster; the deadline counts from the resume.
 func (r *Reconciler) suspended(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
 	if s.job.Spec.Suspend {
 		return gpulabv1alpha1.JobSuspended, nil
@@ -143,5 +146,7 @@ func (r *Reconciler) suspended(ctx context.Context, s *scope) (gpulabv1alpha1.Jo
 		return gpulabv1alpha1.JobSuspended, err
 	}
 	setCondition(s, gpulabv1alpha1.ConditionSuspended, false, gpulabv1alpha1.ReasonNotSuspended, "spec.suspend is false")
+	t := metav1.NewTime(s.now)
+	s.job.Status.StartTime = &t
 	return gpulabv1alpha1.JobProvisioning, nil
 }
