@@ -91,4 +91,7 @@ const (
 	// ReasonSubmitterDeleted: the submitter Job disappeared before its
 	// verdict; the attempt counts as failed instead of running again.
 	ReasonSubmitterDeleted = "SubmitterDeleted"
+	// ReasonClusterLost: the attempt's GPUCluster was deleted, or replaced by
+	// one the job does not control, while its submitter ran.
+	ReasonClusterLost = "ClusterLost"
 )

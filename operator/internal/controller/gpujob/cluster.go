@@ -58,6 +58,41 @@ func (r *Reconciler) ensureCluster(ctx context.Context, s *scope) (bool, error) 
 	return true, nil
 }
 
+// clusterKept checks, while the submitter runs, that the attempt's cluster
+// is still there: one deleted, being deleted, or replaced by a cluster the
+// job does not control is a failed attempt (ClusterLost), so the retry
+// policy applies instead of waiting on a submitter with nothing under it.
+func (r *Reconciler) clusterKept(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
+	name := s.job.Status.ClusterName
+	key := client.ObjectKey{Namespace: s.job.Namespace, Name: name}
+	gc := &gpulabv1alpha1.GPUCluster{}
+	err := r.client.Get(ctx, key, gc)
+	if apierrors.IsNotFound(err) {
+		// Not in the cache may be a cache behind the create: ask.
+		err = r.apiReader.Get(ctx, key, gc)
+	}
+	var why string
+	switch {
+	case apierrors.IsNotFound(err):
+		why = fmt.Sprintf("GPUCluster %s was deleted while submitter %s ran", name, s.job.Status.SubmitterName)
+	case err != nil:
+		return gpulabv1alpha1.JobRunning, err
+	case !gc.DeletionTimestamp.IsZero():
+		why = fmt.Sprintf("GPUCluster %s is being deleted while submitter %s runs", name, s.job.Status.SubmitterName)
+	case s.ownsCluster() && ownership.Check("GPUCluster", gc, s.job) != nil:
+		why = fmt.Sprintf("GPUCluster %s was replaced by one this job does not control", name)
+	default:
+		return gpulabv1alpha1.JobRunning, nil
+	}
+	if err := r.confirmCurrent(ctx, s); err != nil {
+		return gpulabv1alpha1.JobRunning, err
+	}
+	if err := r.deleteSubmitter(ctx, s); err != nil {
+		return gpulabv1alpha1.JobRunning, err
+	}
+	return r.attemptFailed(ctx, s, gpulabv1alpha1.ReasonClusterLost, why)
+}
+
 // recordThenCreate writes status now, so the name is durable before any
 // create, then creates the cluster.
 func (r *Reconciler) recordThenCreate(ctx context.Context, s *scope) error {

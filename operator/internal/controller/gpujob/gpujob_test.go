@@ -359,3 +359,42 @@ func TestDeadlineCountsOnlyUnsuspendedTime(t *testing.T) {
 	finishSubmitter(t, c, sub, true)
 	waitPhase(t, c, ns, "queued", gpulabv1alpha1.JobSucceeded)
 }
+
+// TestClusterLostWhileRunning: the job's cluster deleted while its
+// submitter runs is a failed attempt (ClusterLost): the submitter goes and
+// the retry policy applies, here a fresh cluster.
+func TestClusterLostWhileRunning(t *testing.T) {
+	c, ns := setup(t, nil)
+	j := newJob(ns, "lost")
+	j.Spec.BackoffLimit = new(int32(1))
+	if err := c.Create(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	waitSubmitter(t, c, ns, "lost-submit-1")
+	if err := c.Delete(context.Background(), testutil.GetCluster(t, c, ns, "lost-1")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, "the next attempt after ClusterLost", func() (bool, string) {
+		got := getJob(t, c, ns, "lost")
+		return got.Status.Attempts == 2 && got.Status.Failures == 1, fmt.Sprintf("phase %s, attempts %d, failures %d", got.Status.Phase, got.Status.Attempts, got.Status.Failures)
+	})
+	testutil.Eventually(t, timeout, "the lost attempt's submitter deleted", func() (bool, string) {
+		sub := &batchv1.Job{}
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lost-submit-1"}, sub)
+		return apierrors.IsNotFound(err) || !sub.DeletionTimestamp.IsZero(), fmt.Sprint(err)
+	})
+	var events corev1.EventList
+	testutil.Eventually(t, timeout, "a ClusterLost event", func() (bool, string) {
+		if err := c.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.Reason == gpulabv1alpha1.ReasonClusterLost {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none ClusterLost", len(events.Items))
+	})
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "lost-submit-2"), true)
+	waitPhase(t, c, ns, "lost", gpulabv1alpha1.JobSucceeded)
+}

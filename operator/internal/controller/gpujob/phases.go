@@ -121,8 +121,9 @@ func (r *Reconciler) provisioning(ctx context.Context, s *scope) (gpulabv1alpha1
 }
 
 // running starts the attempt's submitter on the Ready cluster (back to
-// Provisioning if the cluster is no longer Ready before it started) and
-// acts on its verdict.
+// Provisioning if the cluster is no longer Ready before it started), acts
+// on its verdict, and fails the attempt if the cluster is lost under a
+// running submitter.
 func (r *Reconciler) running(ctx context.Context, s *scope) (gpulabv1alpha1.JobPhase, error) {
 	if s.job.Status.SubmitTime == nil {
 		ready, err := r.ensureCluster(ctx, s)
@@ -133,7 +134,11 @@ func (r *Reconciler) running(ctx context.Context, s *scope) (gpulabv1alpha1.JobP
 			return gpulabv1alpha1.JobProvisioning, nil
 		}
 	}
-	return r.runSubmitter(ctx, s)
+	next, err := r.runSubmitter(ctx, s)
+	if err != nil || next != gpulabv1alpha1.JobRunning || s.job.Status.SubmitTime == nil {
+		return next, err
+	}
+	return r.clusterKept(ctx, s)
 }
 
 // suspended waits for spec.suspend to go back to false, then resumes the
