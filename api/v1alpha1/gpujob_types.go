@@ -43,18 +43,26 @@ type GPUJob struct {
 // +kubebuilder:validation:XValidation:rule="has(self.clusterTemplate) != has(self.clusterRef)",message="set exactly one of clusterTemplate and clusterRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterRef) || !has(self.cleanupPolicy) || self.cleanupPolicy != 'DeleteCluster'",message="cleanupPolicy DeleteCluster needs clusterTemplate: a job never deletes a cluster it did not create"
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterRef) || !has(self.retryPolicy) || self.retryPolicy != 'NewCluster'",message="retryPolicy NewCluster needs clusterTemplate"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterRef) || !has(self.cleanupPolicy) || self.cleanupPolicy != 'SuspendCluster'",message="cleanupPolicy SuspendCluster needs clusterTemplate: a job never suspends a cluster it did not create"
+// +kubebuilder:validation:XValidation:rule="has(self.clusterTemplate) == has(oldSelf.clusterTemplate)",message="clusterTemplate and clusterRef cannot be switched after creation: which cluster a job owns is fixed"
 type GPUJobSpec struct {
 	// ClusterTemplate is the spec of the GPUCluster the job creates and owns.
+	// Immutable, as a batch/v1 Job's pod template: every attempt is built
+	// from the same spec.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterTemplate is immutable"
 	ClusterTemplate *GPUClusterSpec `json:"clusterTemplate,omitempty"`
 
 	// ClusterRef names an existing GPUCluster in the job's namespace to run on.
+	// Immutable.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterRef is immutable"
 	ClusterRef *corev1.LocalObjectReference `json:"clusterRef,omitempty"`
 
 	// Submitter is the pod template of the batch/v1 Job that drives the run
 	// (torchrun, mpirun, a test binary). It receives the head Service address
-	// and the cluster's pod names as environment variables.
+	// and the cluster's pod names as environment variables. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="submitter is immutable"
 	Submitter corev1.PodTemplateSpec `json:"submitter"`
 
 	// BackoffLimit is how many times a failed run is retried. Defaults to 0.

@@ -225,6 +225,12 @@ func TestGPUJobValidation(t *testing.T) {
 				j.Name = strings.Repeat("j", 30)
 				j.Spec.ClusterTemplate.WorkerGroups[0].Name = strings.Repeat("w", 25)
 			}},
+		{name: "suspending a referenced cluster", message: "cleanupPolicy SuspendCluster needs clusterTemplate",
+			mutate: func(j *v1.GPUJob) {
+				j.Spec.ClusterTemplate = nil
+				j.Spec.ClusterRef = &corev1.LocalObjectReference{Name: "shared"}
+				j.Spec.CleanupPolicy = v1.CleanupSuspendCluster
+			}},
 		{name: "unknown cleanup policy", message: `supported values: "DeleteCluster", "KeepCluster", "SuspendCluster"`,
 			mutate: func(j *v1.GPUJob) { j.Spec.CleanupPolicy = "Archive" }},
 	}
@@ -233,6 +239,60 @@ func TestGPUJobValidation(t *testing.T) {
 			obj := validJob("job-" + string(rune('a'+i)))
 			tc.mutate(obj)
 			expectCreate(t, c, obj, tc.message)
+		})
+	}
+}
+
+// TestGPUJobImmutableFields: what an attempt was built from cannot change
+// under it (batch/v1 makes a Job's pod template immutable the same way);
+// suspend and the limits stay mutable.
+func TestGPUJobImmutableFields(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	onRef := func(j *v1.GPUJob) {
+		j.Spec.ClusterTemplate = nil
+		j.Spec.ClusterRef = &corev1.LocalObjectReference{Name: "shared"}
+	}
+	tests := []struct {
+		name    string
+		create  func(*v1.GPUJob)
+		mutate  func(*v1.GPUJob)
+		message string // empty: must be accepted
+	}{
+		{name: "template to ref", mutate: onRef, message: "clusterTemplate and clusterRef cannot be switched"},
+		{name: "ref to template", create: onRef, message: "clusterTemplate and clusterRef cannot be switched",
+			mutate: func(j *v1.GPUJob) {
+				j.Spec.ClusterRef = nil
+				j.Spec.ClusterTemplate = &validCluster("unused").Spec
+			}},
+		{name: "another ref", create: onRef, message: "clusterRef is immutable",
+			mutate: func(j *v1.GPUJob) { j.Spec.ClusterRef.Name = "other" }},
+		{name: "cluster template", message: "clusterTemplate is immutable",
+			mutate: func(j *v1.GPUJob) { j.Spec.ClusterTemplate.WorkerGroups[0].Replicas = 3 }},
+		{name: "submitter", message: "submitter is immutable",
+			mutate: func(j *v1.GPUJob) { j.Spec.Submitter.Spec.Containers[0].Image = "busybox:1.37" }},
+		{name: "suspend", mutate: func(j *v1.GPUJob) { j.Spec.Suspend = true }},
+		{name: "deadline", mutate: func(j *v1.GPUJob) { j.Spec.ActiveDeadlineSeconds = new(int64(60)) }},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := validJob("immutable-job-" + string(rune('a'+i)))
+			if tc.create != nil {
+				tc.create(obj)
+			}
+			if err := c.Create(ctx, obj); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			tc.mutate(obj)
+			err := c.Update(ctx, obj)
+			switch {
+			case tc.message == "" && err != nil:
+				t.Fatalf("allowed change rejected: %v", err)
+			case tc.message != "" && err == nil:
+				t.Fatalf("change accepted; want an error containing %q", tc.message)
+			case tc.message != "" && !strings.Contains(err.Error(), tc.message):
+				t.Fatalf("rejected with %q; want it to contain %q", err, tc.message)
+			}
 		})
 	}
 }
