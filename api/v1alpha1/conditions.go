@@ -52,6 +52,10 @@ const (
 	// PodGroup, GPUCluster, submitter Job) is held by an object it does not
 	// control; the child is left untouched and the message names its owner.
 	ReasonNameConflict = "NameConflict"
+	// ReasonReplacing: a child's name is still held by a deleted object of
+	// the same kind and name (this object's previous incarnation) until the
+	// garbage collector removes it; the object waits, Pending.
+	ReasonReplacing = "Replacing"
 )
 
 // GPUCluster conditions and reasons beyond the shared ones.

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 )
 
 // ConflictError says a wanted name is taken by an object this owner does not
@@ -22,9 +24,17 @@ type ConflictError struct {
 	// Controller describes the object's controller ("no controller" when it
 	// has none), e.g. "GPUCluster a".
 	Controller string
+	// Previous says the controller is a deleted object of the owner's kind
+	// and name (the owner's previous incarnation): the garbage collector
+	// removes the object, so the owner waits rather than reports a conflict.
+	Previous bool
 }
 
 func (e *ConflictError) Error() string {
+	if e.Previous {
+		return fmt.Sprintf("%s %s is still controlled by the previous %s (deleted): waiting for the garbage collector to remove it",
+			e.Kind, e.Name, e.Controller)
+	}
 	return fmt.Sprintf("%s %s already exists and is controlled by %s, not by this object: it is left untouched; rename or delete it",
 		e.Kind, e.Name, e.Controller)
 }
@@ -33,6 +43,21 @@ func (e *ConflictError) Error() string {
 func IsConflict(err error) bool {
 	var c *ConflictError
 	return errors.As(err, &c)
+}
+
+// IsReplacing says whether err holds only ConflictErrors with a previous
+// owner: names the garbage collector will free, so waiting is enough.
+func IsReplacing(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !IsReplacing(e) {
+				return false
+			}
+		}
+		return len(joined.Unwrap()) > 0
+	}
+	var c *ConflictError
+	return errors.As(err, &c) && c.Previous
 }
 
 // Check returns nil when owner controls obj (same UID), and a *ConflictError
@@ -44,13 +69,32 @@ func Check(kind string, obj client.Object, owner metav1.Object) error {
 		return nil
 	}
 	controller := "no controller"
+	previous := false
 	if ref != nil {
 		controller = ref.Kind + " " + ref.Name
-		if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group != "" {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err == nil && gv.Group != "" {
 			controller = ref.Kind + "." + gv.Group + " " + ref.Name
 		}
+		// Names are unique per kind and namespace: a controller of the
+		// owner's kind and name with another UID has been deleted.
+		if own, ok := kindOf(owner); ok && err == nil {
+			previous = ref.Name == owner.GetName() && ref.Kind == own.Kind && gv.Group == own.Group
+		}
 	}
-	return &ConflictError{Kind: kind, Name: obj.GetName(), Controller: controller}
+	return &ConflictError{Kind: kind, Name: obj.GetName(), Controller: controller, Previous: previous}
+}
+
+// kindOf is the kind of an owner gpulab reconciles (typed objects read
+// from a client carry no TypeMeta).
+func kindOf(owner metav1.Object) (schema.GroupVersionKind, bool) {
+	switch owner.(type) {
+	case *gpulabv1alpha1.GPUCluster:
+		return gpulabv1alpha1.GroupVersion.WithKind("GPUCluster"), true
+	case *gpulabv1alpha1.GPUJob:
+		return gpulabv1alpha1.GroupVersion.WithKind("GPUJob"), true
+	}
+	return schema.GroupVersionKind{}, false
 }
 
 // CheckExisting reads, from reader (the API server, not a cache that may

@@ -268,6 +268,9 @@ type scope struct {
 	gangErr error
 	// conflict is a child name held by an object this cluster does not control.
 	conflict error
+	// replacing is a child name still held by this cluster's deleted
+	// previous incarnation, which the garbage collector removes.
+	replacing error
 	// reconcileErr is what failed this reconcile, recorded on a condition.
 	reconcileErr error
 	// invalid is why the spec, though accepted by the schema, cannot be built.
@@ -304,7 +307,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 
 	s := &scope{cluster: cluster, gang: scheduler.For(cluster.Spec.Scheduling.Scheduler)}
 	defer func() {
-		if ownership.IsConflict(err) {
+		switch {
+		case ownership.IsReplacing(err):
+			// The garbage collector frees the names; the children's
+			// deletions wake us, the recheck is a fallback.
+			s.replacing = err
+			result, err = ctrl.Result{RequeueAfter: recheckConflict}, nil
+		case ownership.IsConflict(err):
 			// A condition and an event, not a crash loop: nothing we can
 			// do changes the other object.
 			s.conflict = err

@@ -2,12 +2,14 @@ package gpucluster_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -246,5 +248,75 @@ func TestGPUContainerMustExist(t *testing.T) {
 		}
 		q := p.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]
 		return p.Spec.Containers[0].Name == "trainer" && q.Value() == 4, "GPUs not on trainer"
+	})
+}
+
+// TestRecreatedUnderTheSameNameWaits: a GPUCluster deleted and created again
+// under its name finds its children still held by the deleted one until the
+// garbage collector removes them. That is a replacement, not a conflict:
+// Pending with reason Replacing and no Warning, then the gang is built.
+func TestRecreatedUnderTheSameNameWaits(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+	ns := testutil.NewNamespace(t, c)
+	first := testutil.NewCluster(ns, "again", 1, 1)
+	if err := c.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "the first cluster's pods", func() (bool, string) {
+		n := len(testutil.ListPods(t, c, ns))
+		return n == 2, fmt.Sprintf("%d pods", n)
+	})
+	if err := c.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "the first cluster gone", func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(first), &gpulabv1alpha1.GPUCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	// The API server here runs no garbage collector: the old pods stay
+	// until this test removes them, as the collector would.
+	second := testutil.NewCluster(ns, "again", 1, 1)
+	if err := c.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	gc := waitReadyReason(t, c, ns, "again", gpulabv1alpha1.ReasonReplacing, "previous GPUCluster.gpulab.io again")
+	if gc.Status.Phase != gpulabv1alpha1.ClusterPending {
+		t.Errorf("phase %s while the old children go, want Pending", gc.Status.Phase)
+	}
+	var events eventsv1.EventList
+	if err := c.List(ctx, &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Regarding.UID == second.UID && e.Type == corev1.EventTypeWarning {
+			t.Errorf("a Warning while the old children go: %s %s", e.Reason, e.Note)
+		}
+	}
+	collect := func(obj client.Object) {
+		if err := c.DeleteAllOf(ctx, obj, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect(&corev1.Pod{})
+	collect(&schedulingv1beta1.PodGroup{})
+	var services corev1.ServiceList
+	if err := c.List(ctx, &services, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range services.Items { // Services have no deletecollection
+		if err := c.Delete(ctx, &services.Items[i]); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, waitTimeout, "the new cluster's own pods", func() (bool, string) {
+		pods := testutil.ListPods(t, c, ns)
+		for _, p := range pods {
+			if ref := metav1.GetControllerOf(&p); ref == nil || ref.UID != second.UID {
+				return false, p.Name + " not controlled by the new cluster"
+			}
+		}
+		return len(pods) == 2, fmt.Sprintf("%d pods", len(pods))
 	})
 }

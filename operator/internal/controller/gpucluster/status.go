@@ -223,6 +223,13 @@ func computeStatus(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.Ti
 	}
 	next := computeObserved(s, old, now)
 	setReconcileCondition(&next.Conditions, s, now)
+	if s.replacing != nil {
+		meta.SetStatusCondition(&next.Conditions, metav1.Condition{
+			Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: gpulabv1alpha1.ReasonReplacing,
+			Message: s.replacing.Error(), ObservedGeneration: s.cluster.Generation, LastTransitionTime: now,
+		})
+		next.Phase = gpulabv1alpha1.ClusterPending
+	}
 	if s.conflict != nil {
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{
 			Type: gpulabv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: gpulabv1alpha1.ReasonNameConflict,
