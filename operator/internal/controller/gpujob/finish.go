@@ -71,8 +71,11 @@ func (r *Reconciler) expire(ctx context.Context, s *scope) (gpulabv1alpha1.JobPh
 			return phase, err
 		}
 	}
-	err := r.client.Delete(ctx, s.job, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	if err != nil && !apierrors.IsNotFound(err) {
+	// The UID precondition: the cache may still hold a job that a same-named
+	// new one has replaced; that one is never deleted by this one's TTL.
+	uid := s.job.UID
+	err := r.client.Delete(ctx, s.job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return phase, fmt.Errorf("deleting expired GPUJob: %w", err)
 	}
 	return phase, nil

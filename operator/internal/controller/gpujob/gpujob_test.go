@@ -1,11 +1,14 @@
 package gpujob_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -397,4 +400,44 @@ func TestClusterLostWhileRunning(t *testing.T) {
 	})
 	finishSubmitter(t, c, waitSubmitter(t, c, ns, "lost-submit-2"), true)
 	waitPhase(t, c, ns, "lost", gpulabv1alpha1.JobSucceeded)
+}
+
+// TestTTLDeleteNamesTheUID: the TTL delete carries the finished job's UID
+// as a precondition, so a job re-created under the name since the cache
+// was filled is never the one deleted.
+func TestTTLDeleteNamesTheUID(t *testing.T) {
+	traffic := testutil.NewTraffic()
+	var mu sync.Mutex
+	var deletes []string
+	traffic.FailRequest = func(r *http.Request) bool {
+		if r.Method == http.MethodDelete && strings.Contains(r.URL.Path, "/gpujobs/") && r.Body != nil {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			mu.Lock()
+			deletes = append(deletes, string(body))
+			mu.Unlock()
+		}
+		return false
+	}
+	c, ns := setup(t, traffic)
+	j := newJob(ns, "brief")
+	j.Spec.TTLSecondsAfterFinished = new(int32(0))
+	if err := c.Create(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "brief-submit-1"), true)
+	testutil.Eventually(t, timeout, "TTL deletes the job", func() (bool, string) {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "brief"}, &gpulabv1alpha1.GPUJob{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deletes) == 0 {
+		t.Fatal("no DELETE of the GPUJob seen")
+	}
+	for _, body := range deletes {
+		if !strings.Contains(body, `"preconditions":{"uid":"`+string(j.UID)+`"`) {
+			t.Errorf("DELETE without the job's UID as a precondition: %s", body)
+		}
+	}
 }
