@@ -12,6 +12,7 @@ package gpujob
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -72,6 +73,9 @@ type Reconciler struct {
 	metrics   *metrics.Jobs
 	opts      Options
 	now       func() time.Time
+	// staleRetries counts each job's consecutive reconciles cut short by a
+	// cache behind the API server (types.NamespacedName → int), for backoff.
+	staleRetries sync.Map
 }
 
 // New builds a Reconciler from a manager.
@@ -140,9 +144,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	s := &scope{job: job, old: job.Status.DeepCopy(), now: r.now()}
 	result, err := r.step(ctx, s)
 	if errors.Is(err, errStale) {
-		// Nothing was done; start over from a fresher copy.
-		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		// Nothing was done; start over from a fresher copy, later each time
+		// the cache is still behind.
+		n, _ := r.staleRetries.Load(req.NamespacedName)
+		tries, _ := n.(int)
+		r.staleRetries.Store(req.NamespacedName, tries+1)
+		return ctrl.Result{RequeueAfter: staleBackoff(tries)}, nil
 	}
+	r.staleRetries.Delete(req.NamespacedName)
 	switch {
 	case ownership.IsConflict(err):
 		// A condition and an event, not a crash loop: the other object is
@@ -162,6 +171,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	r.metrics.SetPhase(req.NamespacedName, string(job.Status.Phase))
 	return result, err
+}
+
+// staleBackoff is the wait before the retry after tries stale reconciles:
+// 50 ms, doubling, at most 5 s. A cache usually catches up within the
+// first; one that does not (a slow or partitioned watch) is not hammered.
+func staleBackoff(tries int) time.Duration {
+	const first, most = 50 * time.Millisecond, 5 * time.Second
+	if tries >= 7 {
+		return most
+	}
+	return min(first<<tries, most)
 }
 
 // scope carries one reconcile's job, its status as read, and the time.
