@@ -61,10 +61,17 @@ type Options struct {
 	Now func() time.Time
 	// OnPublished, when set, is called after every successful publish.
 	OnPublished func()
-	// OnScanned, when set, is called with every scan's result but those of
-	// scans that failed outright (which say nothing new about the GPUs),
-	// whether or not it is published; the device plugin follows it.
+	// OnScanned, when set, is called with every scan's result, whether or
+	// not it is published, but those of scans that failed outright before
+	// UnhealthyAfterFailedScans in a row (they say nothing new about the
+	// GPUs); the device plugin follows it.
 	OnScanned func(*Result)
+	// UnhealthyAfterFailedScans is how many NVML scans in a row may fail
+	// before the node's GPUs stop counting as healthy: Unknown in the
+	// inventory (sticky verdicts kept), a summary of none healthy, and not
+	// Healthy in OnScanned's result, until a scan succeeds. Defaults to 3;
+	// negative never.
+	UnhealthyAfterFailedScans int
 }
 
 // Agent scans one node's GPUs and publishes them.
@@ -82,6 +89,8 @@ type Agent struct {
 	last   *v1alpha1.GPUInventoryStatus
 	loaded bool
 	clear  clearRequest
+	// failedScans counts the scans in a row that failed (Run goroutine).
+	failedScans int
 
 	mu       sync.Mutex
 	snapshot *Result
@@ -119,6 +128,9 @@ func New(b nvml.Backend, opts Options) (*Agent, error) {
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
+	}
+	if opts.UnhealthyAfterFailedScans == 0 {
+		opts.UnhealthyAfterFailedScans = 3
 	}
 	return &Agent{
 		backend: b,
@@ -360,8 +372,9 @@ func (a *Agent) load(ctx context.Context, p Publisher) error {
 
 // read scans NVML.
 func (a *Agent) read(noDriver string) inventory.Input {
-	in := inventory.Input{NoDriver: noDriver, Now: a.opts.Now()}
+	in := inventory.Input{NoDriver: noDriver, Now: a.opts.Now(), UnhealthyAfter: max(a.opts.UnhealthyAfterFailedScans, 0)}
 	if noDriver != "" {
+		a.failedScans = 0
 		return in
 	}
 	start := time.Now()
@@ -373,11 +386,14 @@ func (a *Agent) read(noDriver string) inventory.Input {
 		}
 	}
 	if err != nil {
-		a.log.Error(err, "NVML scan failed")
+		a.failedScans++
+		a.log.Error(err, "NVML scan failed", "inARow", a.failedScans)
 		in.ScanError = err
 	} else {
+		a.failedScans = 0
 		in.Snapshot = s
 	}
+	in.FailedScans = a.failedScans
 	return in
 }
 
@@ -475,17 +491,29 @@ func (a *Agent) build(in inventory.Input) *Result {
 	in.Previous = a.last
 	snap := in.Snapshot
 	if snap != nil {
+		// Until the last run's inventory is read, a GPU it published sick
+		// (sticky) would look healthy.
+		unread := a.opts.Publisher != nil && !a.loaded
 		in.Health = make([]v1alpha1.GPUHealth, len(snap.Devices))
 		for i := range snap.Devices {
-			in.Health[i] = a.tracker.Evaluate(&snap.Devices[i])
+			h := a.tracker.Evaluate(&snap.Devices[i])
+			if unread && h.State == v1alpha1.GPUHealthy {
+				h = v1alpha1.GPUHealth{State: v1alpha1.GPUUnknown, Reason: health.ReasonHealthNotRestored,
+					Message: "the GPUInventory published before could not be read yet; it may hold a sticky verdict for this GPU"}
+			}
+			in.Health[i] = h
 		}
 	}
 	status := inventory.Status(in)
 	r := &Result{Snapshot: snap, State: publisher.State{Status: status, Labels: labels.ForNode(snap), Healthy: int(status.Summary.Healthy)}}
 	if in.ScanError != nil {
 		// A failed scan says nothing new about the GPUs: keep the labels and
-		// gauges as they were rather than removing them.
-		r.State.Labels = a.lastLabels()
+		// gauges as they were rather than removing them, and before any scan
+		// succeeded, leave the node's labels alone.
+		r.State.Labels, r.State.KeepLabels = nil, true
+		if prev := a.Last(); prev != nil {
+			r.State.Labels, r.State.KeepLabels = prev.State.Labels, prev.State.KeepLabels
+		}
 	} else {
 		a.exportMetrics(r, in.Health)
 	}
@@ -493,19 +521,10 @@ func (a *Agent) build(in inventory.Input) *Result {
 	a.mu.Lock()
 	a.snapshot = r
 	a.mu.Unlock()
-	if in.ScanError == nil && a.opts.OnScanned != nil {
+	if (in.ScanError == nil || in.ScansFailing()) && a.opts.OnScanned != nil {
 		a.opts.OnScanned(r)
 	}
 	return r
-}
-
-func (a *Agent) lastLabels() map[string]string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.snapshot == nil {
-		return nil
-	}
-	return a.snapshot.State.Labels
 }
 
 func (a *Agent) exportMetrics(r *Result, h []v1alpha1.GPUHealth) {

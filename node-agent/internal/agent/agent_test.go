@@ -2,13 +2,17 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/gfd"
@@ -26,11 +30,17 @@ type recorder struct {
 	stored  *v1alpha1.GPUInventoryStatus
 	watcher func(string)
 	done    []string
+	// loadErrs is how many Loads fail before one succeeds.
+	loadErrs int
 }
 
 func (r *recorder) Load(context.Context, string) (*v1alpha1.GPUInventoryStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.loadErrs > 0 {
+		r.loadErrs--
+		return nil, errors.New("the API server is unreachable")
+	}
 	return r.stored.DeepCopy(), nil
 }
 
@@ -275,6 +285,124 @@ func TestStickyHealthOutlivesRestart(t *testing.T) {
 	eventually(t, "the request for all to be served", func() bool { return len(rec.cleared()) == 3 })
 	if h := rec.all()[len(rec.all())-1].Status.GPUs[5].Health; h.State != v1alpha1.GPUHealthy {
 		t.Errorf("GPU 5 after clearing all: %+v", h)
+	}
+}
+
+// TestFailedScansCountGPUsUnhealthy: a failed scan or two are tolerated
+// (the last summary stands, Ready turns False); from the third in a row the
+// node's GPUs are not Healthy (Unknown, the sticky verdict kept), the summary
+// counts none healthy, Ready says why and the labels stay. A good scan
+// recovers.
+func TestFailedScansCountGPUsUnhealthy(t *testing.T) {
+	b, a, rec, _ := startAgent(t, "dgx-h100")
+	if err := b.InjectXID(5, 79); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a publish after XID 79", func() bool { return len(rec.all()) == 2 })
+	good := rec.all()[1]
+
+	b.FailDeviceCount(gonvml.ERROR_UNKNOWN)
+	for n := 1; n <= 3; n++ {
+		a.Rescan()
+		eventually(t, "the publish of a failed scan", func() bool { return len(rec.all()) == 2+n })
+		st := rec.all()[1+n]
+		ready := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady)
+		if ready == nil || ready.Status != metav1.ConditionFalse {
+			t.Fatalf("after %d failed scans: Ready %+v, want False", n, ready)
+		}
+		if n < 3 && (st.Status.Summary.Healthy != 7 || st.Healthy != 7) {
+			t.Errorf("after %d failed scans: healthy %d, want the last scan's 7", n, st.Status.Summary.Healthy)
+		}
+		if !equality.Semantic.DeepEqual(st.Labels, good.Labels) {
+			t.Errorf("after %d failed scans: labels %v, want the last scan's %v", n, st.Labels, good.Labels)
+		}
+	}
+	st := rec.all()[4]
+	if s := st.Status.Summary; s.Healthy != 0 || st.Healthy != 0 || s.Count != 8 {
+		t.Errorf("after 3 failed scans: summary %+v (healthy %d), want 8 GPUs, 0 healthy", s, st.Healthy)
+	}
+	if ready := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Reason != "ScansFailing" {
+		t.Errorf("after 3 failed scans: Ready %+v, want reason ScansFailing", ready)
+	}
+	for i, g := range st.Status.GPUs {
+		h := g.Health
+		switch {
+		case i == 5 && (h.State != v1alpha1.GPUUnhealthy || !h.Sticky || h.Reason != "XidCriticalError"):
+			t.Errorf("GPU 5 must keep its sticky verdict: %+v", h)
+		case i != 5 && h.State != v1alpha1.GPUUnknown:
+			t.Errorf("GPU %d after 3 failed scans: %+v, want Unknown", i, h)
+		}
+	}
+
+	// A further failure changes nothing, so nothing is written again.
+	a.Rescan()
+	eventually(t, "the publish of a fourth failed scan", func() bool { return len(rec.all()) == 6 })
+	if again := rec.all()[5]; !equality.Semantic.DeepEqual(again, st) {
+		t.Errorf("a fourth failed scan changed the state:\n%+v\n%+v", st, again)
+	}
+
+	b.FailDeviceCount(gonvml.SUCCESS)
+	a.Rescan()
+	eventually(t, "the publish of a good scan", func() bool { return len(rec.all()) == 7 })
+	st = rec.all()[6]
+	if ready := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue ||
+		st.Status.Summary.Healthy != 7 || st.Healthy != 7 {
+		t.Errorf("after a good scan: Ready %+v, healthy %d, want True and 7", ready, st.Status.Summary.Healthy)
+	}
+}
+
+// TestFailedLoadServesNoStickyGPUHealthy: while the inventory published
+// before cannot be read, its sticky verdicts are unknown, so no scan result
+// offers GPU 5 (sick in the last run) as Healthy; once it is read, GPU 5
+// is Unhealthy again.
+func TestFailedLoadServesNoStickyGPUHealthy(t *testing.T) {
+	b, _, first, _ := startAgent(t, "dgx-h100")
+	if err := b.InjectXID(5, 79); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a publish after XID 79", func() bool { return len(first.all()) == 2 })
+	stored := first.all()[1].Status
+
+	b2, err := mock.New("dgx-h100", "node-1", nvml.Options{EventWaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{stored: &stored, loadErrs: 1}
+	var mu sync.Mutex
+	var scanned []*Result
+	a, err := New(b2, Options{NodeName: "node-1", Interval: time.Hour, Publisher: rec, OnScanned: func(r *Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		scanned = append(scanned, r)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	// The load is retried after a second.
+	eventually(t, "the first publish", func() bool { return len(rec.all()) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	for n, r := range scanned {
+		for _, g := range r.State.Status.GPUs {
+			if g.UUID == b2.UUID(5) && g.Health.State == v1alpha1.GPUHealthy {
+				t.Errorf("scan %d offered GPU 5, sick in the last run, as Healthy: %+v", n, g.Health)
+			}
+		}
+	}
+	if h := rec.all()[0].Status.GPUs[5].Health; h.State != v1alpha1.GPUUnhealthy || !h.Sticky {
+		t.Errorf("GPU 5 once the inventory was read: %+v", h)
+	}
+	if last := scanned[len(scanned)-1]; last.State.Status.Summary.Healthy != 7 {
+		t.Errorf("the last scan: %d healthy, want 7", last.State.Status.Summary.Healthy)
 	}
 }
 

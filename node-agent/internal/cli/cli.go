@@ -174,7 +174,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	a, err := agent.New(b, agent.Options{
 		NodeName: f.nodeName, Interval: f.interval, IgnoredXIDs: f.ignored, AllowNoGPU: f.allowNoGPU,
 		Publisher: publisher.New(c, publisher.Options{LeaseNamespace: f.leaseNamespace, LabelNode: f.labelNode, AdvertiseCapacity: f.advertiseCapacity, Metrics: m}),
-		Metrics:   m, Log: log,
+		Metrics:   m, Log: log, UnhealthyAfterFailedScans: f.unhealthyAfterFailedScans,
 		OnPublished: func() {
 			select {
 			case <-ready:
@@ -191,7 +191,8 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "node", f.nodeName, "nvml", f.backend.String(), "interval", f.interval,
+	log.Info("starting", "node", f.nodeName, "nvml", f.backend.String(), "interval", f.interval, "leaseNamespace", f.leaseNamespace,
+		"unhealthyAfterFailedScans", f.unhealthyAfterFailedScans,
 		"labelNode", f.labelNode, "ignoredXIDs", f.ignored, "metricsFormat", f.metricsFormat,
 		"podResourcesSocket", f.podResourcesSocket, "devicePlugin", f.devicePlugin)
 	return runWithPlugin(ctx, a, plugin)

@@ -38,6 +38,7 @@ func TestFlagValidation(t *testing.T) {
 		{nil, "--node-name is required"},
 		{[]string{"--node-name=a", "--nvml=mock:dgx-z900"}, `--nvml="mock:dgx-z900": want real or mock:<profile> with profile one of dgx-a100, dgx-b200, dgx-h100, dgx-h200`},
 		{[]string{"--node-name=a", "--interval=10ms"}, "--interval=10ms: must be at least 1s"},
+		{[]string{"--node-name=a", "--unhealthy-after-failed-scans=0"}, "--unhealthy-after-failed-scans=0: must be at least 1"},
 		{[]string{"--node-name=a", "--ignored-xids=13,x"}, `--ignored-xids: "x" is not an XID number`},
 		{[]string{"--node-name=a", "--log-format=xml"}, "--log-format"},
 		{[]string{"--node-name=a", "--metrics-secure"}, "--metrics-secure needs --health-probe-bind-address"},

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ import (
 	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
+	"github.com/gpulab/gpulab/node-agent/internal/publisher"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -314,4 +316,90 @@ func TestPluginDevicesFollowHealth(t *testing.T) {
 			t.Errorf("after XID 79 on GPU 5: device %d healthy = %v", i, d.Healthy)
 		}
 	}
+}
+
+// nopPublisher publishes nothing and counts the publishes.
+type nopPublisher struct {
+	mu        sync.Mutex
+	published int
+}
+
+func (p *nopPublisher) Load(context.Context, string) (*v1alpha1.GPUInventoryStatus, error) {
+	return nil, nil
+}
+
+func (p *nopPublisher) Publish(context.Context, string, publisher.State) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.published++
+	return nil
+}
+
+func (p *nopPublisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.published
+}
+
+func (p *nopPublisher) WatchClearHealth(ctx context.Context, _ string, _ func(string)) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (p *nopPublisher) ClearHealthDone(context.Context, string, string) error { return nil }
+
+// TestPluginDevicesUnhealthyAfterFailedScans: once three scans in a row
+// failed, the kubelet is told every GPU is Unhealthy (still on its NUMA
+// node); a good scan makes them Healthy again.
+func TestPluginDevicesUnhealthyAfterFailedScans(t *testing.T) {
+	b, err := mock.New("dgx-h100", "gpu-node-1", nvml.Options{EventWaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin, err := deviceplugin.New(deviceplugin.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &nopPublisher{}
+	a, err := agent.New(b, agent.Options{NodeName: "gpu-node-1", Interval: time.Hour, Publisher: pub, OnScanned: func(r *agent.Result) {
+		plugin.SetDevices(pluginDevices(r))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	poll(t, "the first publish", func() bool { return pub.count() == 1 })
+	check := func(when string, healthy bool) {
+		t.Helper()
+		devs := plugin.Devices()
+		if len(devs) != 8 {
+			t.Fatalf("%s: %d devices, want 8", when, len(devs))
+		}
+		for i, d := range devs {
+			if d.ID != b.UUID(i) || d.Healthy != healthy || d.NUMANode != i/4 {
+				t.Errorf("%s: device %d %+v, want %s healthy=%v on NUMA node %d", when, i, d, b.UUID(i), healthy, i/4)
+			}
+		}
+	}
+	check("first scan", true)
+
+	b.FailDeviceCount(gonvml.ERROR_UNKNOWN)
+	for n := 1; n <= 3; n++ {
+		a.Rescan()
+		poll(t, "the publish of a failed scan", func() bool { return pub.count() == 1+n })
+	}
+	check("after 3 failed scans", false)
+
+	b.FailDeviceCount(gonvml.SUCCESS)
+	a.Rescan()
+	poll(t, "the publish of a good scan", func() bool { return pub.count() == 5 })
+	check("after a good scan", true)
 }

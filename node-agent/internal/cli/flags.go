@@ -134,14 +134,38 @@ type runFlags struct {
 	devicePlugin         bool
 	devicePluginDir      string
 	devicePluginResource string
+
+	unhealthyAfterFailedScans int
+}
+
+// serviceAccountNamespaceFile is where a pod's service-account token mount
+// names the pod's namespace.
+var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// podNamespace is the namespace this agent's pod runs in: $POD_NAMESPACE
+// (the downward API), else the service account's namespace file, else
+// v1alpha1.DefaultHeartbeatLeaseNamespace (outside a pod).
+func podNamespace() string {
+	if ns := strings.TrimSpace(os.Getenv("POD_NAMESPACE")); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return v1alpha1.DefaultHeartbeatLeaseNamespace
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.common.register(fs)
 	fs.DurationVar(&f.interval, "interval", 30*time.Second, "rescan interval; health events trigger a rescan at once")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&f.leaseNamespace, "lease-namespace", v1alpha1.DefaultHeartbeatLeaseNamespace,
-		"namespace of the node's heartbeat Lease, renewed every minute; the operator's --agent-lease-namespace must name the same one")
+	// The agent's Role for its Leases is in its own namespace, wherever it
+	// is installed; a fixed default would be Forbidden elsewhere.
+	fs.StringVar(&f.leaseNamespace, "lease-namespace", podNamespace(),
+		"namespace of the node's heartbeat Lease, renewed every minute; the operator's --agent-lease-namespace must name the same one "+
+			"(default: the pod's own namespace, from $POD_NAMESPACE or the service account's namespace file; "+v1alpha1.DefaultHeartbeatLeaseNamespace+" outside a pod)")
 	fs.BoolVar(&f.labelNode, "label-node", true, "apply GPU Feature Discovery labels (nvidia.com/gpu.*) to the node; turn off where GFD runs")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080",
 		"address of /metrics (and of /healthz and /readyz unless --health-probe-bind-address is set); 0 disables")
@@ -167,6 +191,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"the kubelet's device-plugin directory: its kubelet.sock, and the agent's "+deviceplugin.DefaultSocketName+" with --device-plugin")
 	fs.StringVar(&f.devicePluginResource, "device-plugin-resource", deviceplugin.DefaultResourceName,
 		"extended resource the device plugin serves")
+	fs.IntVar(&f.unhealthyAfterFailedScans, "unhealthy-after-failed-scans", 3,
+		"after this many NVML scans in a row failed, no GPU of the node counts as healthy until a scan succeeds: "+
+			"Unknown in the GPUInventory (reason ScansFailing, summary.healthy 0) and Unhealthy to the kubelet with --device-plugin")
 }
 
 func (f *runFlags) validate(fs *flag.FlagSet) error {
@@ -174,6 +201,9 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 	errs := []error{f.common.validate(f.simulate)}
 	if f.interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval=%s: must be at least 1s", f.interval))
+	}
+	if f.unhealthyAfterFailedScans < 1 {
+		errs = append(errs, fmt.Errorf("--unhealthy-after-failed-scans=%d: must be at least 1", f.unhealthyAfterFailedScans))
 	}
 	if msgs := validation.IsDNS1123Label(f.leaseNamespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--lease-namespace=%q: not a namespace name: %s", f.leaseNamespace, strings.Join(msgs, "; ")))

@@ -115,14 +115,26 @@ func (p *Plugin) Socket() string { return filepath.Join(p.opts.Dir, p.opts.Socke
 func (p *Plugin) KubeletSocket() string { return filepath.Join(p.opts.Dir, "kubelet.sock") }
 
 // SetDevices replaces the devices served; ListAndWatch streams send the new
-// list when it differs.
+// list when it differs. A device of unknown NUMA node (-1) keeps the one it
+// was served with: a failed scan knows none, and a GPU never moves.
 func (p *Plugin) SetDevices(devices []Device) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	devices = slices.Clone(devices)
+	for i := range devices {
+		if devices[i].NUMANode >= 0 {
+			continue
+		}
+		for _, old := range p.devices {
+			if old.ID == devices[i].ID {
+				devices[i].NUMANode = old.NUMANode
+			}
+		}
+	}
 	if slices.Equal(p.devices, devices) {
 		return
 	}
-	p.devices = slices.Clone(devices)
+	p.devices = devices
 	close(p.changed)
 	p.changed = make(chan struct{})
 }

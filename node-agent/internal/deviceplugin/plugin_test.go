@@ -324,3 +324,18 @@ func TestOptionsRejectAPath(t *testing.T) {
 		t.Error("a socket name with a slash is accepted")
 	}
 }
+
+// TestSetDevicesKeepsNUMANode: a device of unknown NUMA node (from a failed
+// scan) keeps the node it was served with; a new device stays unknown.
+func TestSetDevicesKeepsNUMANode(t *testing.T) {
+	p, err := deviceplugin.New(deviceplugin.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetDevices([]deviceplugin.Device{{ID: "GPU-a", Healthy: true, NUMANode: 1}})
+	p.SetDevices([]deviceplugin.Device{{ID: "GPU-a", NUMANode: -1}, {ID: "GPU-b", NUMANode: -1}})
+	want := []deviceplugin.Device{{ID: "GPU-a", NUMANode: 1}, {ID: "GPU-b", NUMANode: -1}}
+	if got := p.Devices(); !slices.Equal(got, want) {
+		t.Errorf("devices %+v, want %+v", got, want)
+	}
+}

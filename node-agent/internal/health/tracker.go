@@ -24,6 +24,10 @@ const (
 	ReasonFabricIncomplete         = "FabricIncomplete"
 	ReasonFabricRegistrationFailed = "FabricRegistrationFailed"
 	ReasonQueryFailed              = "QueryFailed"
+	// ReasonHealthNotRestored: the sticky verdicts the agent's last run
+	// published are not read back yet, so a GPU that looks healthy may
+	// not be.
+	ReasonHealthNotRestored = "HealthNotRestored"
 )
 
 // xidHints explain the XIDs operators meet most often.

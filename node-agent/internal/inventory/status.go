@@ -15,6 +15,12 @@ import (
 // MixedProduct is the summary product of a node whose GPUs differ.
 const MixedProduct = "mixed"
 
+// ReasonScansFailing is the Ready condition's reason once
+// Input.UnhealthyAfter scans in a row failed, and the health reason of every
+// GPU that was Healthy before: a node whose scans keep failing counts no GPU
+// healthy (the operator reads status.summary.healthy).
+const ReasonScansFailing = "ScansFailing"
+
 // Input is what one scan observed.
 type Input struct {
 	// Snapshot is the scan's result; nil when the scan failed or the node
@@ -31,8 +37,20 @@ type Input struct {
 	// Previous is the status last published, or nil. Its times are kept
 	// where nothing changed.
 	Previous *v1alpha1.GPUInventoryStatus
+	// FailedScans counts the scans in a row that failed, this one included.
+	FailedScans int
+	// UnhealthyAfter is how many scans in a row may fail before no GPU
+	// counts as healthy (see ScansFailing); 0 never.
+	UnhealthyAfter int
 	// Now stamps what changed.
 	Now time.Time
+}
+
+// ScansFailing reports whether so many scans in a row failed that the
+// previous GPUs no longer count as healthy: a GPU that fails to scan is not
+// known to be healthy.
+func (in Input) ScansFailing() bool {
+	return in.ScanError != nil && in.UnhealthyAfter > 0 && in.FailedScans >= in.UnhealthyAfter
 }
 
 // Status builds the GPUInventory status for in.
@@ -51,6 +69,16 @@ func Status(in Input) v1alpha1.GPUInventoryStatus {
 		}
 		ready.Status, ready.Reason = metav1.ConditionFalse, v1alpha1.ReasonScanFailed
 		ready.Message = "NVML scan failed: " + in.ScanError.Error()
+		if in.ScansFailing() {
+			// The count stays out of the messages, so that each further
+			// failure writes nothing new.
+			why := fmt.Sprintf("%d or more NVML scans in a row failed", in.UnhealthyAfter)
+			unknown(st.GPUs, why)
+			keepSince(st.GPUs, in.Previous, now)
+			st.Summary = summarize(st.GPUs)
+			ready.Reason = ReasonScansFailing
+			ready.Message = why + ": no GPU counts as healthy until a scan succeeds; the last: " + in.ScanError.Error()
+		}
 	case in.Snapshot == nil:
 		ready.Status, ready.Reason = metav1.ConditionTrue, v1alpha1.ReasonScanSucceeded
 		ready.Message = "no GPUs published: " + in.NoDriver
@@ -77,6 +105,16 @@ func Status(in Input) v1alpha1.GPUInventoryStatus {
 	// SetStatusCondition keeps lastTransitionTime unless the status changes.
 	meta.SetStatusCondition(&st.Conditions, ready)
 	return st
+}
+
+// unknown makes every Healthy GPU Unknown; other verdicts, sticky ones
+// above all, stay.
+func unknown(gpus []v1alpha1.GPUDevice, why string) {
+	for i := range gpus {
+		if h := &gpus[i].Health; h.State == v1alpha1.GPUHealthy {
+			*h = v1alpha1.GPUHealth{State: v1alpha1.GPUUnknown, Reason: ReasonScansFailing, Message: why, Since: h.Since}
+		}
+	}
 }
 
 func device(d *nvml.Device, h v1alpha1.GPUHealth) v1alpha1.GPUDevice {

@@ -76,6 +76,9 @@ type State struct {
 	Status v1alpha1.GPUInventoryStatus
 	// Labels are the node's GFD labels (applied when Options.LabelNode).
 	Labels map[string]string
+	// KeepLabels leaves the node's labels as they are, whatever Labels
+	// says: no scan has succeeded yet, so the labels are not known.
+	KeepLabels bool
 	// Healthy is the healthy GPU count (advertised when
 	// Options.AdvertiseCapacity).
 	Healthy int
@@ -102,6 +105,29 @@ type written struct {
 	lease *coordinationv1.Lease
 	// at is when each object was last applied.
 	at map[string]time.Time
+	// ownerChanged means the Node's UID changed during a Publish: what it
+	// wrote before names a dead owner and is written again.
+	ownerChanged bool
+}
+
+// reown records the Node's current UID; a new one drops what was written,
+// so that everything is written again with it.
+func (w *written) reown(owner *metav1.OwnerReference) {
+	if w.owner != nil && w.owner.UID == owner.UID {
+		return
+	}
+	*w = written{owner: owner, at: map[string]time.Time{}, ownerChanged: true}
+}
+
+// refreshOwner reads the Node again: something written under its name is
+// gone, which the garbage collector does once the Node it names is deleted.
+func (p *Publisher) refreshOwner(ctx context.Context, node string, w *written) error {
+	owner, err := p.nodeOwner(ctx, node)
+	if err != nil {
+		return err
+	}
+	w.reown(owner)
+	return nil
 }
 
 // NewScheme returns a scheme of what a Publisher reads and writes, for its
@@ -176,7 +202,12 @@ func (p *Publisher) WatchClearHealth(ctx context.Context, node string, f func(va
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { f(value(obj)) },
 			UpdateFunc: func(_, obj any) { f(value(obj)) },
-			DeleteFunc: func(any) { f("") },
+			DeleteFunc: func(any) {
+				// Deleted by someone, or by the garbage collector because the
+				// Node it names is gone: write it all again, owner re-read.
+				p.Forget(node)
+				f("")
+			},
 		},
 	})
 	informer.RunWithContext(ctx)
@@ -227,6 +258,12 @@ func (p *Publisher) state(node string) *written {
 
 // Publish applies whatever part of s differs from what was last applied for
 // node. Calls for one node must not overlap.
+//
+// The Node owns what is written. A Node deleted and registered again under
+// the same name has a new UID, and the garbage collector deletes whatever
+// names the old one: when a write shows another UID, or that an object
+// written before is gone, Publish reads the Node again and, if its UID
+// changed, writes everything again with the new owner.
 func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 	w := p.state(node)
 	if w.owner == nil {
@@ -236,6 +273,16 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		}
 		w.owner = owner
 	}
+	err := p.write(ctx, node, w, s)
+	if !w.ownerChanged {
+		return err
+	}
+	w.ownerChanged = false
+	return p.write(ctx, node, w, s)
+}
+
+// write applies what differs from w.
+func (p *Publisher) write(ctx context.Context, node string, w *written, s State) error {
 	var errs []error
 	if w.status == nil || !equality.Semantic.DeepEqual(*w.status, s.Status) || p.due(w, ObjectInventory) {
 		err := p.count(w, ObjectInventory, p.applyInventory(ctx, node, w.owner, &s.Status))
@@ -244,8 +291,9 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		}
 		errs = append(errs, err)
 	}
-	if p.opts.LabelNode && (w.labels == nil || !maps.Equal(w.labels, s.Labels) || p.due(w, ObjectLabels)) {
-		err := p.count(w, ObjectLabels, p.applyLabels(ctx, node, s.Labels))
+	if p.opts.LabelNode && !s.KeepLabels && (w.labels == nil || !maps.Equal(w.labels, s.Labels) || p.due(w, ObjectLabels)) {
+		// Labels name no owner: written, they stay so after a new owner.
+		err := p.count(w, ObjectLabels, p.applyLabels(ctx, node, w, s.Labels))
 		if err == nil {
 			w.labels = maps.Clone(s.Labels)
 			if w.labels == nil {
@@ -255,7 +303,7 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		errs = append(errs, err)
 	}
 	if p.opts.AdvertiseCapacity && (w.capacity == nil || *w.capacity != s.Healthy || p.due(w, ObjectCapacity)) {
-		err := p.count(w, ObjectCapacity, p.applyCapacity(ctx, node, s.Healthy))
+		err := p.count(w, ObjectCapacity, p.applyCapacity(ctx, node, w, s.Healthy))
 		if err == nil {
 			h := s.Healthy
 			w.capacity = &h
@@ -263,8 +311,11 @@ func (p *Publisher) Publish(ctx context.Context, node string, s State) error {
 		errs = append(errs, err)
 	}
 	// An inventory written now is a heartbeat of its own.
-	if p.heartbeatDue(w) {
-		errs = append(errs, p.count(w, ObjectLease, p.renewLease(ctx, node, w)))
+	if p.heartbeatDue(w) && !w.ownerChanged {
+		err := p.renewLease(ctx, node, w)
+		if !w.ownerChanged { // else it wrote nothing: Publish writes again
+			errs = append(errs, p.count(w, ObjectLease, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -285,7 +336,8 @@ func (p *Publisher) heartbeatDue(w *written) bool {
 // someone else's and stays untouched.
 func (p *Publisher) renewLease(ctx context.Context, node string, w *written) error {
 	now := metav1.NewMicroTime(time.Now())
-	if w.lease != nil {
+	renewed := w.lease != nil
+	if renewed {
 		l := w.lease.DeepCopy()
 		l.Spec.RenewTime = &now
 		err := p.c.Update(ctx, l, client.FieldOwner(p.opts.FieldManager))
@@ -301,6 +353,16 @@ func (p *Publisher) renewLease(ctx context.Context, node string, w *written) err
 	key := client.ObjectKey{Namespace: p.opts.LeaseNamespace, Name: node}
 	var l coordinationv1.Lease
 	err := p.c.Get(ctx, key, &l)
+	if renewed && apierrors.IsNotFound(err) {
+		// The Lease renewed before was deleted, as the garbage collector
+		// does after its Node's deletion: is the Node another one now?
+		if err := p.refreshOwner(ctx, node, w); err != nil {
+			return fmt.Errorf("heartbeat Lease %s was deleted: %w", key, err)
+		}
+		if w.ownerChanged {
+			return nil // Publish writes everything again, the Lease too
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
@@ -319,12 +381,25 @@ func (p *Publisher) renewLease(ctx context.Context, node string, w *written) err
 		return fmt.Errorf("lease %s is not an agent heartbeat (no %s=true label): not renewing someone else's Lease", key, v1alpha1.HeartbeatLeaseLabel)
 	default:
 		p.leaseSpec(&l, node, now)
+		// Written before the Node registered again, it may name a dead one.
+		l.OwnerReferences = ownerRefs(l.OwnerReferences, w.owner)
 		if err := p.c.Update(ctx, &l, client.FieldOwner(p.opts.FieldManager)); err != nil {
 			return fmt.Errorf("renewing heartbeat Lease %s: %w", key, err)
 		}
 	}
 	w.lease = &l
 	return nil
+}
+
+// ownerRefs are refs with every Node owner replaced by owner.
+func ownerRefs(refs []metav1.OwnerReference, owner *metav1.OwnerReference) []metav1.OwnerReference {
+	out := []metav1.OwnerReference{*owner}
+	for _, r := range refs {
+		if r.Kind != "Node" || r.APIVersion != "v1" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // leaseSpec fills in a heartbeat: the Lease lasts v1alpha1.StaleHeartbeats
@@ -396,20 +471,31 @@ func (p *Publisher) applyInventory(ctx context.Context, node string, owner *meta
 	return nil
 }
 
-func (p *Publisher) applyLabels(ctx context.Context, node string, labels map[string]string) error {
+func (p *Publisher) applyLabels(ctx context.Context, node string, w *written, labels map[string]string) error {
 	ac := corev1ac.Node(node).WithLabels(labels)
 	if err := p.c.Apply(ctx, ac, client.FieldOwner(p.opts.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying labels to node %s: %w", node, err)
 	}
+	p.sawNode(ac, w)
 	return nil
 }
 
-func (p *Publisher) applyCapacity(ctx context.Context, node string, healthy int) error {
+func (p *Publisher) applyCapacity(ctx context.Context, node string, w *written, healthy int) error {
 	q := *resource.NewQuantity(int64(healthy), resource.DecimalSI)
 	rl := corev1.ResourceList{gfd.GPUResource: q}
 	ac := corev1ac.Node(node).WithStatus(corev1ac.NodeStatus().WithCapacity(rl).WithAllocatable(rl))
 	if err := p.c.Status().Apply(ctx, ac, client.FieldOwner(p.opts.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("advertising %s on node %s: %w", gfd.GPUResource, node, err)
 	}
+	p.sawNode(ac, w)
 	return nil
+}
+
+// sawNode takes the Node's UID from an apply's answer, which costs no read:
+// another one than the owner's means the Node registered again.
+func (p *Publisher) sawNode(ac *corev1ac.NodeApplyConfiguration, w *written) {
+	if ac.UID == nil || *ac.UID == "" {
+		return
+	}
+	w.reown(&metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: *ac.Name, UID: *ac.UID})
 }

@@ -76,6 +76,14 @@ func (b *Backend) FailQuery(index int, field string, ret gonvml.Return) error {
 	})
 }
 
+// FailDeviceCount makes DeviceGetCount answer ret, so that every scan fails
+// as a whole (SUCCESS clears it).
+func (b *Backend) FailDeviceCount(ret gonvml.Return) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.countRet = ret
+}
+
 // SetRemappedRows sets GPU index's row-remapping state.
 func (b *Backend) SetRemappedRows(index int, r nvml.RemappedRows) error {
 	r.Known = true

@@ -24,6 +24,8 @@ type Backend struct {
 	mu     sync.Mutex
 	gpus   []*gpu
 	events chan gonvml.EventData
+	// countRet is what DeviceGetCount answers when not SUCCESS.
+	countRet gonvml.Return
 }
 
 var _ nvml.Backend = (*Backend)(nil)
@@ -132,6 +134,16 @@ func (b *Backend) wireServer() {
 			WaitFunc: b.wait,
 			FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
 		}, gonvml.SUCCESS
+	}
+	getCount := s.DeviceGetCountFunc
+	s.DeviceGetCountFunc = func() (int, gonvml.Return) {
+		b.mu.Lock()
+		ret := b.countRet
+		b.mu.Unlock()
+		if ret != gonvml.SUCCESS {
+			return 0, ret
+		}
+		return getCount()
 	}
 	// The server's handle lookup would succeed for a lost GPU; NVML does not.
 	getHandle := s.DeviceGetHandleByIndexFunc
