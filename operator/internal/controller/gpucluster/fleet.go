@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -38,6 +39,74 @@ type fleetView struct {
 	// fromInventory and stale are capacity.Nodes's other results.
 	fromInventory bool
 	stale         []string
+	// clock translates the agents' heartbeat times to this operator's.
+	clock heartbeatClock
+}
+
+// heartbeatClock maps each heartbeat timestamp an agent wrote (on its own
+// clock) to when this operator saw that value change (on its own), so
+// staleness is judged as the node lifecycle controller judges kubelet
+// heartbeats, and an agent's clock skew neither hides a dead agent nor
+// condemns a live one for longer than one heartbeat. A value seen first
+// (at start, or a new node) counts from its own time, but never from later
+// than now: an inventory an hour old stays stale across an operator
+// restart, and a clock ahead earns no extra grace.
+type heartbeatClock struct {
+	seen map[string]heartbeatSeen
+}
+
+type heartbeatSeen struct{ value, at time.Time }
+
+// local is t on the operator's clock: when key's heartbeat changed to this
+// value. Callers hold fleetView.mu.
+func (c *heartbeatClock) local(key string, t *metav1.Time, now time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	if c.seen == nil {
+		c.seen = map[string]heartbeatSeen{}
+	}
+	o, ok := c.seen[key]
+	switch {
+	case !ok:
+		o = heartbeatSeen{value: t.Time, at: t.Time}
+		if t.After(now) {
+			o.at = now
+		}
+		c.seen[key] = o
+	case !o.value.Equal(t.Time):
+		o = heartbeatSeen{value: t.Time, at: now}
+		c.seen[key] = o
+	}
+	return &metav1.Time{Time: o.at}
+}
+
+// onOperatorClock returns shallow copies of inv and lease (either may be
+// nil) with their heartbeats on the operator's clock, seen at now, for the
+// watches' predicates to judge as the view does.
+func (f *fleetView) onOperatorClock(inv *gpulabv1alpha1.GPUInventory, lease *coordinationv1.Lease, now time.Time) (*gpulabv1alpha1.GPUInventory, *coordinationv1.Lease) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if inv != nil {
+		c := *inv
+		c.Status.HeartbeatTime = f.clock.local("inventory/"+c.Name, c.Status.HeartbeatTime, now)
+		inv = &c
+	}
+	if lease != nil && lease.Spec.RenewTime != nil {
+		c := *lease
+		c.Spec.RenewTime = (*metav1.MicroTime)(f.clock.local("lease/"+c.Name, (*metav1.Time)(c.Spec.RenewTime), now))
+		lease = &c
+	}
+	return inv, lease
+}
+
+// forget drops the heartbeats of objects no longer listed.
+func (c *heartbeatClock) forget(keep map[string]bool) {
+	for key := range c.seen {
+		if !keep[key] {
+			delete(c.seen, key)
+		}
+	}
 }
 
 // invalidate makes the next read rebuild the view. A handler that wakes
@@ -68,10 +137,25 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 		client.MatchingLabels{gpulabv1alpha1.HeartbeatLeaseLabel: "true"}); err != nil {
 		return nil, false, nil, fmt.Errorf("listing the agents' heartbeat Leases: %w", err)
 	}
+	// The lists' items are copies, sharing only what they point to: the
+	// heartbeat pointers are replaced, never written through.
+	listed := make(map[string]bool, len(invs.Items)+len(leaseList.Items))
+	for i := range invs.Items {
+		key := "inventory/" + invs.Items[i].Name
+		invs.Items[i].Status.HeartbeatTime = f.clock.local(key, invs.Items[i].Status.HeartbeatTime, now)
+		listed[key] = true
+	}
 	leases := make(capacity.Leases, len(leaseList.Items))
 	for i := range leaseList.Items {
-		leases[leaseList.Items[i].Name] = &leaseList.Items[i]
+		l := &leaseList.Items[i]
+		key := "lease/" + l.Name
+		if l.Spec.RenewTime != nil {
+			l.Spec.RenewTime = (*metav1.MicroTime)(f.clock.local(key, (*metav1.Time)(l.Spec.RenewTime), now))
+		}
+		listed[key] = true
+		leases[l.Name] = l
 	}
+	f.clock.forget(listed)
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, nil, fmt.Errorf("listing nodes: %w", err)

@@ -32,7 +32,13 @@ func (r *Reconciler) inventoryChanged() predicate.Funcs {
 			return true
 		}
 		lease, ok := r.heartbeatLease(now.Name)
-		return !ok || capacity.InventoryChanged(was, now, lease, time.Now())
+		if !ok {
+			return true
+		}
+		at := time.Now()
+		was, _ = r.fleet.onOperatorClock(was, nil, at)
+		now, lease = r.fleet.onOperatorClock(now, lease, at)
+		return capacity.InventoryChanged(was, now, lease, at)
 	}}
 }
 
@@ -45,7 +51,10 @@ func (r *Reconciler) leaseChanged() predicate.Funcs {
 		if err := r.client.Get(context.Background(), client.ObjectKey{Name: name}, inv); err != nil {
 			return !apierrors.IsNotFound(err)
 		}
-		return capacity.LeaseChanged(inv, was, now, time.Now())
+		at := time.Now()
+		_, was = r.fleet.onOperatorClock(nil, was, at)
+		inv, now = r.fleet.onOperatorClock(inv, now, at)
+		return capacity.LeaseChanged(inv, was, now, at)
 	}
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool {
