@@ -93,14 +93,31 @@ func checkProgram(pid int, program string) error {
 	return nil
 }
 
+// execSettle bounds the wait for a just-started process's arguments.
+const execSettle = 2 * time.Second
+
 // Program is the base name of the program pid runs (argv[0]).
+//
+// exec.Cmd.Start returns once the child's execve has closed its
+// close-on-exec files, which the kernel does before it lays out the new
+// program's arguments: for a moment /proc/PID/cmdline is empty. An empty
+// one of a live process is read again until it is set.
 func Program(pid int) (string, error) {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return "", fmt.Errorf("reading the command of pid %d: %w", pid, err)
+	deadline := time.Now().Add(execSettle)
+	for {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return "", fmt.Errorf("reading the command of pid %d: %w", pid, err)
+		}
+		if len(cmdline) > 0 {
+			argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+			return filepath.Base(string(argv0)), nil
+		}
+		if s, err := state(pid); err != nil || s == "Z" || time.Now().After(deadline) {
+			return "", fmt.Errorf("pid %d has no command line (exited, or a kernel thread)", pid)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-	return filepath.Base(string(argv0)), nil
 }
 
 // StartTime is when pid started, from its start ticks and the boot time.
