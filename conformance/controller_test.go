@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/conformance/cli"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
@@ -19,7 +23,9 @@ import (
 // TestController is the KAR-0063 plan: invalid GPUClusters are rejected
 // with their messages, a valid one reaches Ready, and the operator's leader
 // killed mid-flight (a process on local, the Lease holder's pod on a
-// cluster) is taken over and recovers with no duplicate pods.
+// cluster) is taken over and recovers with no duplicate pods. The kill is
+// disruptive: it runs only with --disruptive (on by default where the run
+// made the cluster) and only while a second replica is Ready.
 func TestController(t *testing.T) {
 	const name = "controller"
 	f := newPlan(name).
@@ -34,11 +40,14 @@ func TestController(t *testing.T) {
 					g.Spec.WorkerGroups = append(g.Spec.WorkerGroups, g.Spec.WorkerGroups[0])
 				},
 			}
+			i := 0
 			for msg, mutate := range cases {
-				gc := gpuCluster("invalid", 2, 1)
-				gc.Namespace = s.ns
+				i++
+				gc := gpuCluster(fmt.Sprintf("invalid-%d", i), 2, 1)
 				mutate(gc)
-				err := s.c.Create(ctx, gc)
+				// Through add, labelled and recorded: one the cluster wrongly
+				// accepts is still the run's to delete.
+				err := s.add(ctx, gc)
 				if err == nil || !strings.Contains(err.Error(), msg) {
 					failf(t, "invalid GPUCluster: got %v, want an error containing %q", err, msg)
 				}
@@ -55,14 +64,17 @@ func TestController(t *testing.T) {
 			s.checkInvariants()
 			return ctx
 		}).
-		assess(results.RequirementRobustController, "the leader killed mid-flight recovers with no duplicate pods", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementRobustController, cli.LeaderKillAssessment, func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			gpulabOnly(t, "the gpulab operator's leader failover")
-			s := newScenario(ctx, t, name)
+			if !opts.Disruptive {
+				skipf(t, "disruptive: it kills the operator's leader; --disruptive allows it (default on for local and kind, off on --profile=cluster)")
+			}
 			holder := cluster.LeaseHolder(ctx)
 			if holder == "" {
 				fatalf(t, "the operator's Lease %s/%s has no holder", cluster.LeaseNamespace(), profile.LeaseName)
 			}
 			kill, restore := leaderKiller(ctx, t)
+			s := newScenario(ctx, t, name)
 			// Workers without GPUs, many of them: creating the gang takes
 			// several rounds of parallel creates, so a kill on the first
 			// pod lands while the rest are still to be made. At most half
@@ -75,7 +87,9 @@ func TestController(t *testing.T) {
 				fatalf(t, "the operator never started creating pods: %v", err)
 			}
 			killed := time.Now()
-			if err := kill(); err != nil {
+			if err := kill(); errors.Is(err, errNoStandby) {
+				skipf(t, "%v", err)
+			} else if err != nil {
 				fatalf(t, "killing the leader %s: %v", holder, err)
 			}
 			// Bring the killed replica back as a follower for what follows,
@@ -83,12 +97,9 @@ func TestController(t *testing.T) {
 			defer restore()
 			// No replica leads until the lease expires, so the pods that
 			// exist now are what the killed leader made: fewer than desired
-			// is the evidence that the kill interrupted creation.
-			var pods corev1.PodList
-			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
-				fatalf(t, "%v", err)
-			}
-			if n := len(pods.Items); n >= desired {
+			// is the evidence that the kill interrupted creation. Only the
+			// gang's pods count: --namespace may hold another tenant's.
+			if n := crashPods(ctx, t, s); n >= desired {
 				fatalf(t, "all %d pods existed when the leader was killed: the kill did not interrupt creation, so recovery was not tested", n)
 			} else {
 				t.Logf("leader killed with %d of %d pods created", n, desired)
@@ -103,11 +114,8 @@ func TestController(t *testing.T) {
 			measured(results.Value(name, "leader_failover", "seconds", failover.Seconds()))
 			s.waitReady(ctx, "crash", opts.ReadyTimeout)
 			measured(results.Value(name, "kill_to_ready", "seconds", time.Since(killed).Seconds()))
-			if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
-				fatalf(t, "%v", err)
-			}
-			if len(pods.Items) != desired {
-				failf(t, "%d pods after recovery, want %d", len(pods.Items), desired)
+			if n := crashPods(ctx, t, s); n != desired {
+				failf(t, "%d pods after recovery, want %d", n, desired)
 			}
 			s.checkInvariants()
 			return ctx
@@ -115,27 +123,84 @@ func TestController(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// crashPods counts the failover gang's pods: the run's (by its label) of
+// the GPUCluster "crash", so another tenant's pod in --namespace is never
+// counted.
+func crashPods(ctx context.Context, t *testing.T, s *scenario) int {
+	t.Helper()
+	sel := client.MatchingLabels{RunIDLabel: opts.RunID, gpulabv1alpha1.ClusterLabel: "crash"}
+	pods, err := cleanup.Pods(ctx, s.c, s.ns, sel)
+	if err != nil {
+		fatalf(t, "counting the gang's pods: %v", err)
+	}
+	return len(pods)
+}
+
+// errNoStandby is why a leader is not killed: no other replica is Ready
+// to take over, so the kill would stop the operator, not test a failover.
+var errNoStandby = errors.New("no second operator replica is Ready")
+
 // leaderKiller returns how to kill the leading operator replica as a
 // crash would, and how to bring it back: SIGKILL to the local profile's
 // process (restarted after), or on a cluster a forced delete of the pod
-// that holds the Lease (its Deployment replaces it).
+// that holds the Lease (its Deployment replaces it). It skips the
+// assessment when no second replica is Ready, and kill checks again just
+// before it kills (errNoStandby).
 func leaderKiller(ctx context.Context, t *testing.T) (kill func() error, restore func()) {
 	if cluster.Profile == "local" {
 		leader, err := cluster.Leader(ctx)
 		if err != nil {
 			fatalf(t, "%v", err)
 		}
-		return leader.Kill, func() {
+		standby := func() error {
+			for _, op := range cluster.Operators {
+				if op != leader && op.Ready(ctx) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%w to take over from %s: killing it would stop gpulab, not test a failover", errNoStandby, leader.Name)
+		}
+		if err := standby(); err != nil {
+			skipf(t, "%v", err)
+		}
+		kill = func() error {
+			if err := standby(); err != nil {
+				return err
+			}
+			return leader.Kill()
+		}
+		restore = func() {
 			if err := leader.Start(ctx); err != nil {
 				failf(t, "restarting %s: %v", leader.Name, err)
 			}
 		}
+		return kill, restore
 	}
 	pod, err := cluster.LeaderPod(ctx)
 	if err != nil {
 		skipf(t, "no operator pod to kill: %v", err)
 	}
-	return func() error { return cluster.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)) }, func() {}
+	standby := func() error {
+		names, err := cluster.Standbys(ctx, pod)
+		if err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			return fmt.Errorf("%w to take over from %s/%s: killing it would stop gpulab on this cluster, not test a failover", errNoStandby, pod.Namespace, pod.Name)
+		}
+		return nil
+	}
+	if err := standby(); errors.Is(err, errNoStandby) {
+		skipf(t, "%v", err)
+	} else if err != nil {
+		fatalf(t, "%v", err)
+	}
+	return func() error {
+		if err := standby(); err != nil {
+			return err
+		}
+		return cluster.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))
+	}, func() {}
 }
 
 // crashWorkers is the failover gang's worker count: 48, or fewer where

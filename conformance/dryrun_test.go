@@ -22,6 +22,7 @@ func dryRun(ctx context.Context) int {
 		return results.ExitFailed
 	}
 	printPlan(os.Stdout, where, rooms)
+	printDisruptive(ctx, os.Stdout)
 	return results.ExitPassed
 }
 
@@ -111,4 +112,40 @@ func featureSelected(name string) bool {
 		return false
 	}
 	return opts.SkipFeatures == "" || !regexp.MustCompile(opts.SkipFeatures).MatchString(name)
+}
+
+// printDisruptive lists every action of the run beyond its own labelled
+// objects, whether the run would take it, and on a cluster who leads now.
+func printDisruptive(ctx context.Context, w io.Writer) {
+	acts := opts.DisruptiveActions()
+	fmt.Fprintf(w, "\ndisruptive actions (--disruptive=%t):\n", opts.Disruptive)
+	if len(acts) == 0 {
+		fmt.Fprintln(w, "  none in the features selected")
+	}
+	for _, a := range acts {
+		verdict := "WOULD TAKE"
+		if !a.Taken {
+			verdict = "not taken: " + a.Why
+		}
+		fmt.Fprintf(w, "  %-12s %s\n               (%s) %s\n", a.Feature, a.What, a.Assessment, verdict)
+		if a.Feature == "controller" && a.Taken && cluster != nil {
+			fmt.Fprintf(w, "               now: %s\n", leaderNow(ctx))
+		}
+	}
+}
+
+// leaderNow says which operator pod leads and which could take over.
+func leaderNow(ctx context.Context) string {
+	pod, err := cluster.LeaderPod(ctx)
+	if err != nil {
+		return fmt.Sprintf("no pod to kill (%v): the assessment would be skipped", err)
+	}
+	standbys, err := cluster.Standbys(ctx, pod)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s/%s leads; its replicas could not be listed: %v", pod.Namespace, pod.Name, err)
+	case len(standbys) == 0:
+		return fmt.Sprintf("%s/%s leads with no second replica Ready: the assessment would be skipped, nothing killed", pod.Namespace, pod.Name)
+	}
+	return fmt.Sprintf("%s/%s leads; Ready to take over: %s", pod.Namespace, pod.Name, strings.Join(standbys, ", "))
 }

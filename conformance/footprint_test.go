@@ -2,10 +2,10 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,14 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/internal/gfd"
 )
 
 // RunIDLabel marks everything a run creates, so its cleanup, on success,
-// failure or a signal, finds all of it.
-const RunIDLabel = "conformance.gpulab.io/run-id"
+// failure, a signal or after a kill, finds all of it.
+const RunIDLabel = cleanup.RunIDLabel
 
 // footprint is where the run may put pods, decided once at setup: a pool
 // of GPU nodes whose GPUs add up to at most --max-gpus, and the Volcano
@@ -187,77 +187,29 @@ func placePod(spec *corev1.PodSpec, image string) {
 }
 
 // cleanupRun deletes what the run created and is still there (a scenario
-// cut short, a signal): GPUJobs, GPUClusters and pods labelled with the
-// run id, the namespaces it created, then its queue once their pods are
-// gone. It never touches anything without the run's label.
-// cleanupTimeout is how long a run's pods may take to go: 3 minutes, or
-// 150 ms a pod when there are more. Deleting 3,000 pods through kwok on a
-// 1,253-node testbed went at 15 a second, so 3 minutes failed a teardown
-// that was only slow.
-func cleanupTimeout(pods int) time.Duration {
-	return max(3*time.Minute, time.Duration(pods)*150*time.Millisecond)
+// cut short, a signal, the deadline): everything with the run's label
+// (cleanup.Kinds, RayClusters and Volcano Jobs included, in --namespace
+// too), then its queues once its pods are gone. It never touches anything
+// without the run's label.
+func cleanupRun(ctx context.Context) error {
+	_, err := cleanup.Run(ctx, cleanup.Options{Client: cluster.Client, RunID: opts.RunID, Log: prefixed{os.Stdout, "cleanup: "}})
+	if err != nil {
+		return fmt.Errorf("cleaning up run %s (gpulab-conformance cleanup --run-id %s retries): %w", opts.RunID, opts.RunID, err)
+	}
+	return nil
 }
 
-func cleanupRun(ctx context.Context) error {
-	c := cluster.Client
-	sel := client.MatchingLabels(runLabels())
-	var errs []error
-	del := func(obj client.Object) {
-		err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err))
-		}
+// prefixed writes each line with a prefix.
+type prefixed struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixed) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
 	}
-	var jobs gpulabv1alpha1.GPUJobList
-	var gcs gpulabv1alpha1.GPUClusterList
-	var pods corev1.PodList
-	var nss corev1.NamespaceList
-	for _, list := range []client.ObjectList{&jobs, &gcs, &pods, &nss} {
-		if err := c.List(ctx, list, sel); err != nil {
-			errs = append(errs, fmt.Errorf("listing the run's objects: %w", err))
-		}
-	}
-	var owned []string
-	for i := range jobs.Items {
-		owned = append(owned, jobs.Items[i].Name+"-")
-		del(&jobs.Items[i])
-	}
-	for i := range gcs.Items {
-		owned = append(owned, gcs.Items[i].Name)
-		del(&gcs.Items[i])
-	}
-	for i := range pods.Items {
-		del(&pods.Items[i])
-	}
-	namespaces := map[string]bool{}
-	for i := range nss.Items {
-		namespaces[nss.Items[i].Name] = true
-		del(&nss.Items[i])
-	}
-	err := waitFor(ctx, cleanupTimeout(len(pods.Items)), func() (bool, string) {
-		var left corev1.PodList
-		if err := c.List(ctx, &left); err != nil {
-			return false, err.Error()
-		}
-		n := 0
-		for _, p := range left.Items {
-			if namespaces[p.Namespace] || p.Labels[RunIDLabel] == opts.RunID || ownedCluster(p.Labels[gpulabv1alpha1.ClusterLabel], owned) {
-				n++
-			}
-		}
-		return n == 0, fmt.Sprintf("%d of the run's pods left", n)
-	})
-	if err != nil {
-		errs = append(errs, fmt.Errorf("cleaning up run %s: %w", opts.RunID, err))
-	}
-	var queues schedulingv1beta1.QueueList
-	if err := c.List(ctx, &queues, sel); err != nil {
-		errs = append(errs, err)
-	}
-	for i := range queues.Items {
-		del(&queues.Items[i])
-	}
-	return errors.Join(errs...)
+	return len(b), nil
 }
 
 // ownedCluster says whether gc is one of the named GPUClusters, or a

@@ -58,6 +58,10 @@ func TestGang(t *testing.T) {
 				reported = reported || unschedulable(ctx, s)
 				time.Sleep(100 * time.Millisecond)
 			}
+			// A window the run's end cut short proved nothing either way.
+			if ctx.Err() != nil {
+				fatalf(t, "stopped before the %s window ended: %v", opts.WaitWindow, context.Cause(ctx))
+			}
 			if !reported {
 				failf(t, "the gang never reported Unschedulable: %s", workload().describe(ctx, s, "too-big"))
 			}

@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/internal/poll"
@@ -109,21 +111,22 @@ func (s *scenario) cleanup() {
 			_ = s.c.Delete(ctx, s.created[i], client.PropagationPolicy(metav1.DeletePropagationBackground))
 		}
 	}
-	_ = waitFor(ctx, 2*time.Minute, func() (bool, string) {
-		// Metadata only: this polls every 100 ms, on a shared cluster too.
-		pods := metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}}
-		if err := s.c.List(ctx, &pods, client.InNamespace(s.ns)); err != nil {
-			return false, err.Error()
-		}
-		n := 0
-		for _, p := range pods.Items {
-			if s.ownNS || p.Labels[RunIDLabel] == opts.RunID || s.owns(p.Labels[gpulabv1alpha1.ClusterLabel]) {
-				n++
-			}
-		}
-		return n == 0, fmt.Sprintf("%d pods left in %s", n, s.ns)
-	})
+	// The scenario's pods only: its namespace's when it is its own, else
+	// those with the run's label (every pod the run causes has it).
+	sel := &client.ListOptions{Namespace: s.ns, LabelSelector: labels.SelectorFromSet(runLabels())}
+	var namespaces []string
+	if s.ownNS {
+		namespaces = []string{s.ns}
+	}
+	if err := cleanup.WaitPodsGone(ctx, s.c, sel, namespaces, 2*time.Minute, scenarioPollInterval); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", currentAssessment(), err)
+	}
 }
+
+// scenarioPollInterval is how often a scenario's cleanup checks its pods
+// are gone: a namespace-scoped metadata list, cheap enough to keep the
+// wait before the next scenario short.
+const scenarioPollInterval = 200 * time.Millisecond
 
 // gang creates a gang of the run's workload and tells the recorder when
 // and how big.
@@ -165,25 +168,15 @@ func (s *scenario) gangsAtOnce(ctx context.Context, names []string, groups ...wo
 		label(objs[i])
 		s.own(name)
 	}
-	errs := make([]error, len(names))
-	sem := make(chan struct{}, createParallelism)
-	var wg sync.WaitGroup
-	for i := range objs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			s.recorder.Expect(names[i], desired, time.Now())
-			errs[i] = s.c.Create(ctx, objs[i])
-		}()
+	// Every gang created is recorded before a failed create fails the
+	// assessment, so the scenario's cleanup deletes all of them.
+	created, err := cleanup.CreateAll(ctx, s.c, objs, createParallelism, func(i int) { s.recorder.Expect(names[i], desired, time.Now()) })
+	for _, obj := range created {
+		s.created = append(s.created, obj)
+		s.gangs[obj.GetName()] = obj
 	}
-	wg.Wait()
-	for i, name := range names {
-		if errs[i] != nil {
-			fatalf(s.t, "creating %s %s: %v", workload().recorded().Kind(), name, errs[i])
-		}
-		s.created = append(s.created, objs[i])
-		s.gangs[name] = objs[i]
+	if err != nil {
+		fatalf(s.t, "creating %ss: %v", workload().recorded().Kind(), err)
 	}
 }
 

@@ -34,9 +34,11 @@ var (
 	run = &results.Results{SchemaVersion: results.SchemaVersion}
 	// setupErr, teardownErr and interrupted are what the Setup and Finish
 	// steps could not do and the signal that stopped the run; e2e-framework
-	// only logs the first two.
+	// only logs the first two. stopped is why the run's context had ended
+	// when it finished (a signal or --timeout), else nil.
 	setupErr, teardownErr error
 	interrupted           os.Signal
+	stopped               error
 )
 
 func TestMain(m *testing.M) {
@@ -71,6 +73,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "conformance: %s: stopping, cleaning up what the run created (again to kill)\n", sig)
 		cancel(fmt.Errorf("%s signal received", sig))
 	}()
+	// The suite's own deadline: every wait ends there, then the Finish
+	// step cleans up and report writes a FAILED run. Go's -test.timeout,
+	// which would panic instead, is only a backstop (cli.BackstopGrace).
+	ctx, stopDeadline := o.Deadline(ctx)
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
 	cfg := envconf.New()
 	// An empty regexp would match every name: set only the filters given.
@@ -84,6 +90,7 @@ func TestMain(m *testing.M) {
 	}
 	if testenv, err = env.NewWithContext(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		stopDeadline()
 		os.Exit(results.ExitFailed)
 	}
 	testenv.Setup(func(ctx context.Context, c *envconf.Config) (context.Context, error) {
@@ -99,6 +106,8 @@ func TestMain(m *testing.M) {
 			setupErr = fmt.Errorf("profile %s: %w", o.Profile, err)
 			return ctx, setupErr
 		}
+		fmt.Printf("run %s: everything it creates carries %s=%s (after a kill: gpulab-conformance cleanup --run-id %s)\n",
+			o.RunID, RunIDLabel, o.RunID, o.RunID)
 		run.Environment = withSuiteVersion(cluster.Describe(ctx, o.Scale, o.ClusterName))
 		if setupErr = setupFootprint(ctx); setupErr != nil {
 			return ctx, setupErr
@@ -109,15 +118,24 @@ func TestMain(m *testing.M) {
 	testenv.AfterEachFeature(afterFeature)
 	testenv.Finish(func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
 		run.EndTime = time.Now()
+		if ctx.Err() != nil {
+			mu.Lock()
+			stopped = context.Cause(ctx)
+			mu.Unlock()
+		}
 		if cluster != nil {
 			teardownErr = errors.Join(cleanupRun(context.WithoutCancel(ctx)), cluster.Teardown(context.WithoutCancel(ctx)))
 		}
 		return ctx, teardownErr
 	})
 	if o.DryRun {
-		os.Exit(dryRun(ctx))
+		code = dryRun(ctx)
+		stopDeadline()
+		os.Exit(code)
 	}
 	code = testenv.Run(m)
+	// report runs on no context: results are written past the deadline too.
+	stopDeadline()
 	os.Exit(report(code, out))
 }
 
@@ -140,15 +158,16 @@ func report(testsCode int, out string) int {
 	}
 	run.Features = append(run.Features, recordedFeatures()...)
 	mu.Lock()
-	sig := interrupted
+	sig, cause := interrupted, stopped
 	mu.Unlock()
-	if sig != nil {
-		// What the signal cut short is not a verdict on the cluster, but
-		// the run did not test what it was asked: it fails.
-		why := fmt.Sprintf("interrupted by %s", sig)
-		run.Features = append(run.Features, results.Feature{Name: "run",
-			Assessments: []results.Assessment{{Name: "the run was not interrupted", Requirement: results.RequirementNone,
-				Status: results.StatusFailed, Reason: why, Messages: []string{why}}}})
+	// What a signal or the deadline cut short is not a verdict on the
+	// cluster, but the run did not test what it was asked: it fails.
+	switch {
+	case sig != nil:
+		run.Features = append(run.Features, results.RunStopped("the run was not interrupted", fmt.Sprintf("interrupted by %s", sig)))
+	case cli.IsTimeout(cause):
+		run.Features = append(run.Features, results.RunStopped("the run finished within --timeout",
+			fmt.Sprintf("%v: what it had not finished is reported skipped", cause)))
 	}
 	run.Finalize()
 	var errs []error

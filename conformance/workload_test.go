@@ -64,7 +64,9 @@ func gpulabOnly(t *testing.T, what string) {
 func gangReady(tl measure.Timeline) bool { return !tl.StatusReady.IsZero() && !tl.PodsReady.IsZero() }
 
 // podTemplate is a workload pod: --image, a small CPU request, and gpus
-// GPUs, pinned to the footprint.
+// GPUs, pinned to the footprint. It carries the run's label, which every
+// workload's operator copies to its pods: the run's cleanup and its pod
+// counts select them by it, never a whole namespace's or cluster's pods.
 func podTemplate(container string, gpus int32) corev1.PodTemplateSpec {
 	ctr := corev1.Container{Name: container, Image: opts.Image, Resources: corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}}
@@ -73,7 +75,7 @@ func podTemplate(container string, gpus int32) corev1.PodTemplateSpec {
 		ctr.Resources.Requests[gfd.GPUResource] = q
 		ctr.Resources.Limits = corev1.ResourceList{gfd.GPUResource: q}
 	}
-	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{ctr}}}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: runLabels()}, Spec: corev1.PodSpec{Containers: []corev1.Container{ctr}}}
 	placePod(&tmpl.Spec, "")
 	return tmpl
 }

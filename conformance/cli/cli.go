@@ -44,6 +44,8 @@ func Main(args []string, stdout, stderr io.Writer) (*RunOptions, int) {
 		return nil, baselineCommand(rest, stdout, stderr)
 	case "version":
 		return nil, versionCommand(rest, stdout, stderr)
+	case "cleanup":
+		return nil, cleanupCommand(rest, stdout, stderr)
 	case "help":
 		printUsage(stdout, true)
 		return nil, results.ExitPassed
@@ -61,6 +63,7 @@ commands:
   compare   compare a run's results.json with a baseline; exit 1 on a regression or a missing item
   median    merge repeated runs into one results.json (median percentiles, worst verdicts)
   baseline  promote a run's results.json to a baseline file
+  cleanup   delete what a killed run left on a cluster (--run-id ID, or --all-runs)
   version   print the suite's version
 
 exit codes: 0 passed, 1 failed (or a regression), 2 bad usage, 3 partial (something asked for could not be tested)

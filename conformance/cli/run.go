@@ -40,6 +40,10 @@ type RunOptions struct {
 	Image        string            // image of the workload pods
 	SubmitImage  string            // image of GPUJob submitters: it must exit 0 by itself
 	DryRun       bool
+	// Disruptive allows what reaches past the run's own objects (killing
+	// the operator's leader); default on for local and kind, whose
+	// clusters the run made, off on a cluster.
+	Disruptive bool
 
 	// What to test.
 	Workload                                   string // gpucluster, raycluster or vcjob
@@ -63,12 +67,15 @@ type RunOptions struct {
 	PushgatewayURL string
 	ClusterName    string
 	Verbose        bool
-	Timeout        time.Duration
+	// Timeout is the suite's own deadline (Deadline): the run then stops,
+	// cleans up, writes its results and ends FAILED.
+	Timeout time.Duration
 
 	// RunID labels everything the run creates, so cleanup finds it all.
 	RunID string
 	// TestArgs are the flags for Go's testing package: -test.* flags
-	// passed through (go test adds them) plus what Verbose and Timeout ask.
+	// passed through (go test adds them), -test.v for Verbose, and a
+	// -test.timeout backstop BackstopGrace after Timeout.
 	TestArgs []string
 }
 
@@ -106,7 +113,8 @@ func runFlags(o *RunOptions) []runFlag {
 		{"footprint", "namespace", "put everything in this existing namespace (default: a namespace per scenario, removed after)", str(&o.Namespace, "")},
 		{"footprint", "image", "image of the workload pods", str(&o.Image, DefaultImage)},
 		{"footprint", "submitter-image", "image of GPUJob submitters (runs `sleep 2`; must exit 0)", str(&o.SubmitImage, DefaultSubmitImage)},
-		{"footprint", "dry-run", "print the plan (features, gangs, GPUs, nodes) and create nothing", boolean(&o.DryRun)},
+		{"footprint", "dry-run", "print the plan (features, gangs, GPUs, nodes, disruptive actions) and create nothing", boolean(&o.DryRun)},
+		{"footprint", "disruptive", "allow actions beyond the run's own objects: force-deleting the operator's leader pod (default on for local and kind, off for cluster)", boolean(&o.Disruptive)},
 		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay) or vcjob (Volcano Job)", str(&o.Workload, "gpucluster")},
 		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},
 		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
@@ -128,7 +136,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"output", "pushgateway-url", "push verdicts and measurements to this Prometheus Pushgateway", str(&o.PushgatewayURL, "")},
 		{"output", "cluster-name", "names the cluster in results and the push grouping (default: the testbed or context name)", str(&o.ClusterName, "")},
 		{"output", "verbose", "print every assessment's log, not only failures'", boolean(&o.Verbose)},
-		{"output", "timeout", "stop the run after this long", dur(&o.Timeout, time.Hour)},
+		{"output", "timeout", "stop the run after this long: it cleans up, writes its results and ends FAILED", dur(&o.Timeout, time.Hour)},
 	}
 }
 
@@ -164,7 +172,7 @@ func ParseRun(args []string, stderr io.Writer) (*RunOptions, error) {
 		o.TestArgs = append(o.TestArgs, "-test.v")
 	}
 	if !hasTestFlag(testArgs, "timeout") {
-		o.TestArgs = append(o.TestArgs, "-test.timeout="+o.Timeout.String())
+		o.TestArgs = append(o.TestArgs, "-test.timeout="+(o.Timeout+BackstopGrace).String())
 	}
 	o.RunID = newRunID(time.Now())
 	return o, nil
@@ -182,6 +190,10 @@ func (o *RunOptions) validate(set map[string]bool) error {
 		} else {
 			o.MaxGPUs = footprint.Budget{GPUs: footprint.DefaultClusterBudget}
 		}
+	}
+	if !set["disruptive"] {
+		// local and kind clusters are the run's own; a cluster is not.
+		o.Disruptive = o.Profile != "cluster"
 	}
 	if o.Profile == "kind" {
 		// Nothing is pulled on kind: the testbed loads this image.

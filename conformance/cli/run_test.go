@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -19,8 +20,8 @@ func TestParseRunDefaults(t *testing.T) {
 	if o.Profile != "local" || !o.MaxGPUs.All || o.Scale != 100 || o.Image != DefaultImage || o.Timeout != time.Hour {
 		t.Errorf("defaults %+v", o)
 	}
-	if strings.Join(o.TestArgs, " ") != "-test.timeout=1h0m0s" {
-		t.Errorf("test args %q", o.TestArgs)
+	if strings.Join(o.TestArgs, " ") != "-test.timeout=1h15m0s" {
+		t.Errorf("test args %q, want only the backstop, --timeout plus %s", o.TestArgs, BackstopGrace)
 	}
 	if o.RunID == "" {
 		t.Error("no run id")
@@ -118,5 +119,93 @@ func TestMainDispatch(t *testing.T) {
 	}
 	if o, code := Main([]string{"--scale=3"}, &out, &errOut); o == nil || code != 0 || o.Scale != 3 {
 		t.Errorf("no command means run: %+v, %d", o, code)
+	}
+}
+
+// TestTimeoutIsTheSuitesOwnDeadline: --timeout must not become Go's
+// -test.timeout, whose alarm panics the binary with no cleanup and no
+// results. The run's context ends at --timeout with a cause naming it;
+// the alarm is a backstop well after.
+func TestTimeoutIsTheSuitesOwnDeadline(t *testing.T) {
+	o, err := ParseRun([]string{"--timeout=60s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backstop time.Duration
+	for _, a := range o.TestArgs {
+		if v, ok := strings.CutPrefix(a, "-test.timeout="); ok {
+			if backstop, err = time.ParseDuration(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if backstop < o.Timeout+10*time.Minute {
+		t.Fatalf("-test.timeout=%s for --timeout=%s: Go's alarm would panic the run before it cleans up; want a backstop at least 10m later", backstop, o.Timeout)
+	}
+	o.Timeout = 20 * time.Millisecond
+	ctx, cancel := o.Deadline(context.Background())
+	defer cancel()
+	<-ctx.Done()
+	if cause := context.Cause(ctx); !IsTimeout(cause) || !strings.Contains(cause.Error(), "--timeout=20ms") {
+		t.Errorf("the run's context ended with %v, want the --timeout named", cause)
+	}
+	if IsTimeout(context.Canceled) {
+		t.Error("a cancelled context reads as the timeout")
+	}
+}
+
+// TestDisruptiveDefaults: the leader kill is the run's own business on the
+// clusters it made (local, kind) and opt-in on anyone else's.
+func TestDisruptiveDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--profile=kind"}, true},
+		{[]string{"--profile=cluster"}, false},
+		{[]string{"--profile=cluster", "--disruptive"}, true},
+		{[]string{"--profile=local", "--disruptive=false"}, false},
+	} {
+		o, err := ParseRun(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Disruptive != tc.want {
+			t.Errorf("%v: disruptive %v, want %v", tc.args, o.Disruptive, tc.want)
+		}
+	}
+}
+
+// TestDisruptiveActions: --dry-run lists the leader kill, taken or not and
+// why, and the local testbed's XID cordon; filters leave them out.
+func TestDisruptiveActions(t *testing.T) {
+	parse := func(args ...string) *RunOptions {
+		t.Helper()
+		o, err := ParseRun(args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	acts := parse("--profile=cluster", "--operator-namespace=ops").DisruptiveActions()
+	if len(acts) != 1 || acts[0].Taken || !strings.Contains(acts[0].What, "force-delete") || !strings.Contains(acts[0].What, "ops/") ||
+		!strings.Contains(acts[0].Why, "--disruptive not given") {
+		t.Errorf("cluster: %+v, want the leader kill, not taken for want of --disruptive", acts)
+	}
+	if acts := parse("--profile=cluster", "--disruptive").DisruptiveActions(); len(acts) != 1 || !acts[0].Taken {
+		t.Errorf("cluster --disruptive: %+v, want the leader kill taken", acts)
+	}
+	if acts := parse("--profile=cluster", "--disruptive", "--workload=vcjob").DisruptiveActions(); len(acts) != 1 || acts[0].Taken {
+		t.Errorf("--workload=vcjob: %+v, want the leader kill not taken", acts)
+	}
+	if acts := parse().DisruptiveActions(); len(acts) != 2 || !acts[0].Taken || !strings.Contains(acts[1].What, "XID") {
+		t.Errorf("local: %+v, want the leader kill and the XID cordon, both taken", acts)
+	}
+	if acts := parse("--feature=gang").DisruptiveActions(); len(acts) != 0 {
+		t.Errorf("--feature=gang: %+v, want none", acts)
+	}
+	if acts := parse("--skip-assess=leader killed").DisruptiveActions(); len(acts) != 1 || acts[0].Feature != "inventory" {
+		t.Errorf("--skip-assess=leader killed: %+v, want only the XID cordon", acts)
 	}
 }

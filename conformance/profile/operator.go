@@ -187,6 +187,29 @@ func (o *OperatorProcess) IsLeader(ctx context.Context) bool {
 	return err == nil && s.Sum("leader_election_master_status", nil) >= 1
 }
 
+// Ready says the replica's process runs and answers /readyz: a replica
+// that can take the Lease over.
+func (o *OperatorProcess) Ready(ctx context.Context) bool {
+	if o.exited == nil {
+		return false
+	}
+	select {
+	case <-o.exited:
+		return false
+	default:
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", o.probePort), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // Log is the replica's log file.
 func (o *OperatorProcess) Log() string { return o.logPath }
 
@@ -226,6 +249,66 @@ func (e *Environment) LeaderPod(ctx context.Context) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("the Lease holder %q is not a pod in %s: %w", holder, e.operatorNamespace, err)
 	}
 	return &pod, nil
+}
+
+// Standbys are the operator pods, other than leader, that could take the
+// Lease over now (ReadyStandbys of the operator namespace's pods).
+func (e *Environment) Standbys(ctx context.Context, leader *corev1.Pod) ([]string, error) {
+	var pods corev1.PodList
+	if err := e.Client.List(ctx, &pods, client.InNamespace(leader.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the operator's pods in %s: %w", leader.Namespace, err)
+	}
+	return ReadyStandbys(leader, pods.Items), nil
+}
+
+// perPodLabels are the labels a controller adds that differ between the
+// replicas of one workload.
+var perPodLabels = map[string]bool{
+	"pod-template-hash": true, "controller-revision-hash": true,
+	"statefulset.kubernetes.io/pod-name": true, "apps.kubernetes.io/pod-index": true,
+}
+
+// ReadyStandbys are the pods among pods that are replicas of the leader's
+// workload (every label of the leader's but the per-pod ones), not the
+// leader, not being deleted and Ready. A leader without labels has no
+// replicas that can be told apart from other pods: none.
+func ReadyStandbys(leader *corev1.Pod, pods []corev1.Pod) []string {
+	want := map[string]string{}
+	for k, v := range leader.Labels {
+		if !perPodLabels[k] {
+			want[k] = v
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	var out []string
+	for i := range pods {
+		p := &pods[i]
+		if p.Name == leader.Name || p.DeletionTimestamp != nil || !podReady(p) {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if p.Labels[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // PodOfHolder is the pod name in a controller-runtime Lease holder identity.

@@ -195,3 +195,16 @@ func (r *Results) Finalize() {
 
 // Passed says whether the run's verdict is PASSED.
 func (r *Results) Passed() bool { return RunVerdict(r.Features) == VerdictPassed }
+
+// RunFeature names the entry a run adds about itself: what stopped it
+// before it finished (a signal, --timeout).
+const RunFeature = "run"
+
+// RunStopped is the run's own failed entry: check is what did not hold
+// ("the run finished within --timeout"), why what happened instead. The
+// run is FAILED for it, whatever its assessments say: it did not test
+// what it was asked.
+func RunStopped(check, why string) Feature {
+	return Feature{Name: RunFeature, Assessments: []Assessment{{Name: check, Requirement: RequirementNone,
+		Status: StatusFailed, Reason: why, Messages: []string{why}}}}
+}

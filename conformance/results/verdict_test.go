@@ -320,3 +320,19 @@ func TestReadV1(t *testing.T) {
 		t.Errorf("an unknown schema read: %v", err)
 	}
 }
+
+// TestRunStoppedFails: a run cut short by --timeout is FAILED (exit 1)
+// even when everything it did run passed, and says why under "run".
+func TestRunStoppedFails(t *testing.T) {
+	r := &Results{Features: []Feature{
+		{Name: "gang", Assessments: []Assessment{{Name: "fits", Requirement: RequirementGangScheduling, Status: StatusPassed}}},
+		RunStopped("the run finished within --timeout", "--timeout=1m0s passed before the run finished"),
+	}}
+	r.Finalize()
+	if r.Verdict != VerdictFailed || ExitCode(r.Verdict) != ExitFailed {
+		t.Errorf("verdict %s (exit %d), want FAILED (exit 1)", r.Verdict, ExitCode(r.Verdict))
+	}
+	if f := r.Features[1]; f.Name != RunFeature || f.Status != StatusFailed || f.Assessments[0].Reason != "--timeout=1m0s passed before the run finished" {
+		t.Errorf("run entry %+v", f)
+	}
+}
