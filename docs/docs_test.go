@@ -264,7 +264,8 @@ func makeUses(code string) (targets, vars []string) {
 			switch {
 			case strings.HasPrefix(tok, "-"):
 			case strings.Contains(tok, "="):
-				vars = append(vars, tok[:strings.Index(tok, "=")])
+				name, _, _ := strings.Cut(tok, "=")
+				vars = append(vars, name)
 			default:
 				targets = append(targets, strings.Trim(tok, `"'`))
 			}
