@@ -81,6 +81,24 @@ func (c *heartbeatClock) local(key string, t *metav1.Time, now time.Time) *metav
 	return &metav1.Time{Time: o.at}
 }
 
+// onInventory puts inv's own heartbeat (inv is a copy: the pointer is
+// replaced, never written through) on the operator's clock and returns its
+// key. Callers hold fleetView.mu.
+func (c *heartbeatClock) onInventory(inv *gpulabv1alpha1.GPUInventory, now time.Time) string {
+	key := "inventory/" + inv.Name
+	inv.Status.HeartbeatTime = c.local(key, inv.Status.HeartbeatTime, now)
+	return key
+}
+
+// onLease is onInventory for a heartbeat Lease's renew time.
+func (c *heartbeatClock) onLease(l *coordinationv1.Lease, now time.Time) string {
+	key := "lease/" + l.Name
+	if l.Spec.RenewTime != nil {
+		l.Spec.RenewTime = (*metav1.MicroTime)(c.local(key, (*metav1.Time)(l.Spec.RenewTime), now))
+	}
+	return key
+}
+
 // onOperatorClock returns shallow copies of inv and lease (either may be
 // nil) with their heartbeats on the operator's clock, seen at now, for the
 // watches' predicates to judge as the view does.
@@ -89,12 +107,12 @@ func (f *fleetView) onOperatorClock(inv *gpulabv1alpha1.GPUInventory, lease *coo
 	defer f.mu.Unlock()
 	if inv != nil {
 		c := *inv
-		c.Status.HeartbeatTime = f.clock.local("inventory/"+c.Name, c.Status.HeartbeatTime, now)
+		f.clock.onInventory(&c, now)
 		inv = &c
 	}
-	if lease != nil && lease.Spec.RenewTime != nil {
+	if lease != nil {
 		c := *lease
-		c.Spec.RenewTime = (*metav1.MicroTime)(f.clock.local("lease/"+c.Name, (*metav1.Time)(c.Spec.RenewTime), now))
+		f.clock.onLease(&c, now)
 		lease = &c
 	}
 	return inv, lease
@@ -141,19 +159,12 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 	// heartbeat pointers are replaced, never written through.
 	listed := make(map[string]bool, len(invs.Items)+len(leaseList.Items))
 	for i := range invs.Items {
-		key := "inventory/" + invs.Items[i].Name
-		invs.Items[i].Status.HeartbeatTime = f.clock.local(key, invs.Items[i].Status.HeartbeatTime, now)
-		listed[key] = true
+		listed[f.clock.onInventory(&invs.Items[i], now)] = true
 	}
 	leases := make(capacity.Leases, len(leaseList.Items))
 	for i := range leaseList.Items {
-		l := &leaseList.Items[i]
-		key := "lease/" + l.Name
-		if l.Spec.RenewTime != nil {
-			l.Spec.RenewTime = (*metav1.MicroTime)(f.clock.local(key, (*metav1.Time)(l.Spec.RenewTime), now))
-		}
-		listed[key] = true
-		leases[l.Name] = l
+		listed[f.clock.onLease(&leaseList.Items[i], now)] = true
+		leases[leaseList.Items[i].Name] = &leaseList.Items[i]
 	}
 	f.clock.forget(listed)
 	var nodes corev1.NodeList
