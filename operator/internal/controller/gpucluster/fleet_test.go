@@ -21,13 +21,7 @@ import (
 // reused until a change marks it dirty or an inventory's heartbeat comes
 // due, and a rebuild sees what changed.
 func TestFleetViewRebuildsOnlyWhenItMayHaveMoved(t *testing.T) {
-	s := k8sruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := gpulabv1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := fleetScheme(t)
 	now := time.Now()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{gfd.Product: "H100"}},
@@ -85,13 +79,7 @@ func TestFleetViewRebuildsOnlyWhenItMayHaveMoved(t *testing.T) {
 // ahead does not hide an agent that stopped, and one an hour behind is
 // trusted again from its next heartbeat.
 func TestHeartbeatsJudgedOnTheOperatorsClock(t *testing.T) {
-	s := k8sruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := gpulabv1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := fleetScheme(t)
 	now := time.Now()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{gfd.Product: "H100"}},
@@ -147,4 +135,17 @@ func TestHeartbeatsJudgedOnTheOperatorsClock(t *testing.T) {
 		look(t, f, c, now.Add(35*time.Second), false)
 		look(t, f, c, now.Add(45*time.Second), true)
 	})
+}
+
+// fleetScheme knows nodes, Leases and gpulab's kinds, for fake clients.
+func fleetScheme(t *testing.T) *k8sruntime.Scheme {
+	t.Helper()
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpulabv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
