@@ -164,17 +164,24 @@ func TestGPUClusterImmutableFields(t *testing.T) {
 				t.Fatalf("create: %v", err)
 			}
 			tc.mutate(obj)
-			err := c.Update(ctx, obj)
-			t.Logf("update %s: %v", obj.Name, err)
-			switch {
-			case tc.message == "" && err != nil:
-				t.Fatalf("allowed change rejected: %v", err)
-			case tc.message != "" && err == nil:
-				t.Fatalf("change accepted; want an error containing %q", tc.message)
-			case tc.message != "" && !strings.Contains(err.Error(), tc.message):
-				t.Fatalf("rejected with %q; want it to contain %q", err, tc.message)
-			}
+			expectUpdate(t, c, obj, tc.message)
 		})
+	}
+}
+
+// expectUpdate updates obj and checks the API server's answer: accepted
+// when message is empty, else rejected with an error containing it.
+func expectUpdate(t *testing.T, c client.Client, obj client.Object, message string) {
+	t.Helper()
+	err := c.Update(context.Background(), obj)
+	t.Logf("update %s: %v", obj.GetName(), err)
+	switch {
+	case message == "" && err != nil:
+		t.Fatalf("allowed change rejected: %v", err)
+	case message != "" && err == nil:
+		t.Fatalf("change accepted; want an error containing %q", message)
+	case message != "" && !strings.Contains(err.Error(), message):
+		t.Fatalf("rejected with %q; want it to contain %q", err, message)
 	}
 }
 
@@ -284,15 +291,7 @@ func TestGPUJobImmutableFields(t *testing.T) {
 				t.Fatalf("create: %v", err)
 			}
 			tc.mutate(obj)
-			err := c.Update(ctx, obj)
-			switch {
-			case tc.message == "" && err != nil:
-				t.Fatalf("allowed change rejected: %v", err)
-			case tc.message != "" && err == nil:
-				t.Fatalf("change accepted; want an error containing %q", tc.message)
-			case tc.message != "" && !strings.Contains(err.Error(), tc.message):
-				t.Fatalf("rejected with %q; want it to contain %q", err, tc.message)
-			}
+			expectUpdate(t, c, obj, tc.message)
 		})
 	}
 }
