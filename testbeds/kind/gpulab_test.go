@@ -2,6 +2,7 @@ package kind
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -104,8 +105,10 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 		t.Fatalf("the agent published no inventory for %s: %v", worker, err)
 	}
 	known := map[string]bool{}
+	nodeOf := map[string]string{} // UUID → the device node its CDI device gives
 	for _, g := range inv.Status.GPUs {
 		known[g.UUID] = true
+		nodeOf[g.UUID] = fmt.Sprintf("/dev/nvidia%d", g.Index)
 	}
 	if len(known) != 8 {
 		t.Fatalf("inventory of %s lists %d distinct UUIDs, want 8", worker, len(known))
@@ -129,9 +132,19 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 	}
 	for _, name := range []string{"gpus-a", "gpus-b"} {
 		waitPodIP(ctx, t, cs, ns, name)
-		uuids := visibleDevices(ctx, t, cs, ns, name)
+		uuids := probeLine(ctx, t, cs, ns, name, "NVIDIA_VISIBLE_DEVICES")
 		if len(uuids) != 4 || len(slices.Compact(slices.Sorted(slices.Values(uuids)))) != 4 {
 			t.Errorf("%s got NVIDIA_VISIBLE_DEVICES %v, want 4 distinct UUIDs", name, uuids)
+		}
+		// CDI (cdi-cri): the node's containerd resolved the plugin's device
+		// names against the agent's spec into exactly those GPUs' nodes.
+		var want []string
+		for _, u := range uuids {
+			want = append(want, nodeOf[u])
+		}
+		slices.Sort(want)
+		if got := probeLine(ctx, t, cs, ns, name, "GPU_DEVICE_NODES"); !slices.Equal(got, want) {
+			t.Errorf("%s has device nodes %v, want %v (those of its GPUs %v)", name, got, want, uuids)
 		}
 		for _, u := range uuids {
 			if !known[u] {
@@ -141,6 +154,19 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 				t.Errorf("%s and %s share GPU %s", other, name, u)
 			}
 			seen[u] = name
+		}
+	}
+
+	// A pod that asks for no GPU gets none: no variable, no device node.
+	noGPU := probePod("no-gpu", "", probe, "serve", ":8080")
+	noGPU.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": worker}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, noGPU, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodIP(ctx, t, cs, ns, "no-gpu")
+	for _, key := range []string{"NVIDIA_VISIBLE_DEVICES", "GPU_DEVICE_NODES"} {
+		if got := probeLine(ctx, t, cs, ns, "no-gpu", key); len(got) != 0 {
+			t.Errorf("a pod without a GPU request got %s %v", key, got)
 		}
 	}
 
@@ -218,15 +244,16 @@ func operatorFailsOver(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	}
 }
 
-// visibleDevices reads the UUIDs a probe pod printed at start.
-func visibleDevices(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) []string {
+// probeLine reads the comma-separated list a probe pod printed at start as
+// KEY=....
+func probeLine(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, key string) []string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		data, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err == nil {
 			for line := range strings.SplitSeq(string(data), "\n") {
-				if v, ok := strings.CutPrefix(line, "NVIDIA_VISIBLE_DEVICES="); ok {
+				if v, ok := strings.CutPrefix(line, key+"="); ok {
 					if v == "" {
 						return nil
 					}
@@ -235,7 +262,7 @@ func visibleDevices(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s printed no NVIDIA_VISIBLE_DEVICES: %v %s", name, err, data)
+			t.Fatalf("%s printed no %s: %v %s", name, key, err, data)
 		}
 		time.Sleep(time.Second)
 	}

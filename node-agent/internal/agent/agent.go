@@ -509,10 +509,15 @@ func (a *Agent) build(in inventory.Input) *Result {
 	if in.ScanError != nil {
 		// A failed scan says nothing new about the GPUs: keep the labels and
 		// gauges as they were rather than removing them, and before any scan
-		// succeeded, leave the node's labels alone.
+		// succeeded, leave the node's labels alone. Once the scans are
+		// failing (the GPUs no longer count), the gauges go: their last
+		// readings would pass for current ones.
 		r.State.Labels, r.State.KeepLabels = nil, true
 		if prev := a.Last(); prev != nil {
 			r.State.Labels, r.State.KeepLabels = prev.State.Labels, prev.State.KeepLabels
+		}
+		if m := a.opts.Metrics; m != nil && in.UnhealthyAfter > 0 && a.failedScans >= in.UnhealthyAfter {
+			m.GPUs.Delete(a.opts.NodeName)
 		}
 	} else {
 		a.exportMetrics(r, in.Health)

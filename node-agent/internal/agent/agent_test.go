@@ -294,7 +294,7 @@ func TestStickyHealthOutlivesRestart(t *testing.T) {
 // counts none healthy, Ready says why and the labels stay. A good scan
 // recovers.
 func TestFailedScansCountGPUsUnhealthy(t *testing.T) {
-	b, a, rec, _ := startAgent(t, "dgx-h100")
+	b, a, rec, m := startAgent(t, "dgx-h100")
 	if err := b.InjectXID(5, 79); err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +315,11 @@ func TestFailedScansCountGPUsUnhealthy(t *testing.T) {
 		}
 		if !equality.Semantic.DeepEqual(st.Labels, good.Labels) {
 			t.Errorf("after %d failed scans: labels %v, want the last scan's %v", n, st.Labels, good.Labels)
+		}
+		// The last readings stand through a blip, not once the scans are
+		// failing: a dashboard must not show them as current.
+		if _, ok := lookupGauge(t, m, "gpulab_gpu_healthy", "0"); ok != (n < 3) {
+			t.Errorf("after %d failed scans: per-GPU series exported %t, want %t", n, ok, n < 3)
 		}
 	}
 	st := rec.all()[4]
@@ -348,6 +353,9 @@ func TestFailedScansCountGPUsUnhealthy(t *testing.T) {
 	if ready := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue ||
 		st.Status.Summary.Healthy != 7 || st.Healthy != 7 {
 		t.Errorf("after a good scan: Ready %+v, healthy %d, want True and 7", ready, st.Status.Summary.Healthy)
+	}
+	if got := gauge(t, m, "gpulab_gpu_healthy", "0"); got != 1 {
+		t.Errorf("after a good scan: gpulab_gpu_healthy{gpu=0} %v, want 1", got)
 	}
 }
 
@@ -408,6 +416,15 @@ func TestFailedLoadServesNoStickyGPUHealthy(t *testing.T) {
 
 func gauge(t *testing.T, m *metrics.Metrics, name, gpu string) float64 {
 	t.Helper()
+	v, ok := lookupGauge(t, m, name, gpu)
+	if !ok {
+		t.Fatalf("no %s{gpu=%q}", name, gpu)
+	}
+	return v
+}
+
+func lookupGauge(t *testing.T, m *metrics.Metrics, name, gpu string) (float64, bool) {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.GPUs)
 	mfs, err := reg.Gather()
@@ -421,13 +438,12 @@ func gauge(t *testing.T, m *metrics.Metrics, name, gpu string) float64 {
 		for _, mt := range mf.GetMetric() {
 			for _, l := range mt.GetLabel() {
 				if l.GetName() == "gpu" && l.GetValue() == gpu {
-					return mt.GetGauge().GetValue()
+					return mt.GetGauge().GetValue(), true
 				}
 			}
 		}
 	}
-	t.Fatalf("no %s{gpu=%q}", name, gpu)
-	return 0
+	return 0, false
 }
 
 func TestNoDriver(t *testing.T) {

@@ -154,6 +154,10 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	cdiSpec, err := newCDIWriter(f)
+	if err != nil {
+		return err
+	}
 	owners, closeOwners, err := podAttribution(f, log)
 	if err != nil {
 		return err
@@ -184,7 +188,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 		},
 		OnScanned: func(r *agent.Result) {
 			if plugin != nil {
-				plugin.SetDevices(pluginDevices(r))
+				servePlugin(plugin, cdiSpec, r, log)
 			}
 		},
 	})
@@ -194,7 +198,8 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	log.Info("starting", "node", f.nodeName, "nvml", f.backend.String(), "interval", f.interval, "leaseNamespace", f.leaseNamespace,
 		"unhealthyAfterFailedScans", f.unhealthyAfterFailedScans,
 		"labelNode", f.labelNode, "ignoredXIDs", f.ignored, "metricsFormat", f.metricsFormat,
-		"podResourcesSocket", f.podResourcesSocket, "devicePlugin", f.devicePlugin)
+		"podResourcesSocket", f.podResourcesSocket, "devicePlugin", f.devicePlugin,
+		"deviceListStrategies", f.strategies, "cdiSpecDir", f.cdiSpecDir)
 	return runWithPlugin(ctx, a, plugin)
 }
 

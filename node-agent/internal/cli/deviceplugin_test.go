@@ -15,6 +15,7 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
+	"github.com/gpulab/gpulab/node-agent/internal/cdispec"
 	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -402,4 +404,81 @@ func TestPluginDevicesUnhealthyAfterFailedScans(t *testing.T) {
 	a.Rescan()
 	poll(t, "the publish of a good scan", func() bool { return pub.count() == 5 })
 	check("after a good scan", true)
+}
+
+// TestCDISpecWrittenBeforeGPUsAreServed: with --cdi-spec-dir, a scan's GPUs
+// reach the plugin only after their spec is in the folder; where it cannot
+// be written, every GPU is served Unhealthy, so the kubelet never hands out
+// a CDI name the runtime cannot resolve.
+func TestCDISpecWrittenBeforeGPUsAreServed(t *testing.T) {
+	r := scanOnce(t)
+	plugin, err := deviceplugin.New(deviceplugin.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := cdispec.NewWriter(dir, deviceplugin.DefaultCDIKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servePlugin(plugin, w, r, logr.Discard())
+	data, err := os.ReadFile(filepath.Join(dir, cdispec.FileName))
+	if err != nil {
+		t.Fatalf("no spec after the GPUs were served: %v", err)
+	}
+	for _, d := range plugin.Devices() {
+		if !d.Healthy || !bytes.Contains(data, []byte(`"name":"`+d.ID+`"`)) {
+			t.Errorf("device %+v: want Healthy and named in the spec %s", d, data)
+		}
+	}
+
+	// A folder that cannot be written: a file stands where it should be.
+	blocked := filepath.Join(t.TempDir(), "cdi")
+	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w, err = cdispec.NewWriter(blocked, deviceplugin.DefaultCDIKind); err != nil {
+		t.Fatal(err)
+	}
+	servePlugin(plugin, w, r, logr.Discard())
+	for _, d := range plugin.Devices() {
+		if d.Healthy {
+			t.Errorf("device %s served Healthy without a CDI spec", d.ID)
+		}
+	}
+}
+
+// scanOnce is the first scan of a mock dgx-h100 agent.
+func scanOnce(t *testing.T) *agent.Result {
+	t.Helper()
+	b, err := mock.New("dgx-h100", "gpu-node-1", nvml.Options{EventWaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scans := make(chan *agent.Result, 1)
+	a, err := agent.New(b, agent.Options{NodeName: "gpu-node-1", Interval: time.Hour, Publisher: &nopPublisher{}, OnScanned: func(r *agent.Result) {
+		select {
+		case scans <- r:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case r := <-scans:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no scan within 30s")
+	}
+	return nil
 }

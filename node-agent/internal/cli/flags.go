@@ -134,6 +134,10 @@ type runFlags struct {
 	devicePlugin         bool
 	devicePluginDir      string
 	devicePluginResource string
+	strategyList         string
+	strategies           []deviceplugin.Strategy
+	cdiKind              string
+	cdiSpecDir           string
 
 	unhealthyAfterFailedScans int
 }
@@ -186,11 +190,21 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 			"absent: empty pod labels (logged once); empty disables")
 	fs.BoolVar(&f.devicePlugin, "device-plugin", false,
 		"serve this node's GPUs to the kubelet as a device plugin (one device per GPU UUID, health from the agent's checks, "+
-			"Allocate sets NVIDIA_VISIBLE_DEVICES); needs --device-plugin-dir mounted from the host; instead of the NVIDIA device plugin, not beside it")
+			"Allocate hands them over as --device-list-strategy says); needs --device-plugin-dir mounted from the host; instead of the NVIDIA device plugin, not beside it")
 	fs.StringVar(&f.devicePluginDir, "device-plugin-dir", deviceplugin.DefaultDir,
 		"the kubelet's device-plugin directory: its kubelet.sock, and the agent's "+deviceplugin.DefaultSocketName+" with --device-plugin")
 	fs.StringVar(&f.devicePluginResource, "device-plugin-resource", deviceplugin.DefaultResourceName,
 		"extended resource the device plugin serves")
+	fs.StringVar(&f.strategyList, "device-list-strategy", string(deviceplugin.StrategyEnvvar),
+		"how the device plugin tells the container runtime a container's GPUs, a comma-separated list as NVIDIA's plugin takes: "+
+			"envvar (NVIDIA_VISIBLE_DEVICES=<UUIDs>; a pod that sets NVIDIA_VISIBLE_DEVICES=all itself sees every GPU), "+
+			"volume-mounts (/dev/null mounted at "+deviceplugin.VolumeMountsRoot+"/<UUID>), "+
+			"cdi-annotations or cdi-cri (CDI devices <--cdi-kind>=<UUID>, in a container annotation or in the CRI's CDI field)")
+	fs.StringVar(&f.cdiKind, "cdi-kind", deviceplugin.DefaultCDIKind,
+		"CDI kind (vendor/class) of the GPUs' device names under the cdi-* strategies; NVIDIA's container toolkit generates "+deviceplugin.DefaultCDIKind)
+	fs.StringVar(&f.cdiSpecDir, "cdi-spec-dir", "",
+		"TESTBEDS ONLY (mock NVML): write the CDI spec of this node's mock GPUs into this folder (e.g. /var/run/cdi), "+
+			"each a device node /dev/nvidia<index>; with real GPUs, NVIDIA's container toolkit writes it (nvidia-ctk cdi generate)")
 	fs.IntVar(&f.unhealthyAfterFailedScans, "unhealthy-after-failed-scans", 3,
 		"after this many NVML scans in a row failed, no GPU of the node counts as healthy until a scan succeeds: "+
 			"Unknown in the GPUInventory (reason ScansFailing, summary.healthy 0) and Unhealthy to the kubelet with --device-plugin")
@@ -230,6 +244,7 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 			errs = append(errs, fmt.Errorf("--device-plugin-resource=%q: want an extended resource name such as nvidia.com/gpu", f.devicePluginResource))
 		}
 	}
+	errs = append(errs, f.validateStrategies())
 	if f.simulate {
 		if f.nvmlSet && f.nvml != "mock" {
 			errs = append(errs, fmt.Errorf("--nvml=%s conflicts with --simulate-testbed-nodes, which gives each node a mock of its own profile", f.nvml))
@@ -239,6 +254,29 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 		}
 	} else if f.nodeName == "" {
 		errs = append(errs, errors.New("--node-name is required (or set NODE_NAME, e.g. from the downward API: fieldRef spec.nodeName)"))
+	}
+	return errors.Join(errs...)
+}
+
+// validateStrategies checks --device-list-strategy, --cdi-kind and
+// --cdi-spec-dir.
+func (f *runFlags) validateStrategies() error {
+	var errs []error
+	var err error
+	if f.strategies, err = deviceplugin.ParseStrategies(f.strategyList); err != nil {
+		errs = append(errs, fmt.Errorf("--device-list-strategy: %w", err))
+	}
+	if err := deviceplugin.ValidateCDIKind(f.cdiKind); err != nil {
+		errs = append(errs, fmt.Errorf("--cdi-kind: %w", err))
+	}
+	if f.cdiSpecDir != "" {
+		if !f.devicePlugin {
+			errs = append(errs, errors.New("--cdi-spec-dir needs --device-plugin: the spec is of the GPUs it serves"))
+		}
+		if f.backend.profile == "" {
+			errs = append(errs, errors.New("--cdi-spec-dir writes device nodes of mock GPUs and needs --nvml=mock:<profile>; "+
+				"for real GPUs, NVIDIA's container toolkit writes the spec (nvidia-ctk cdi generate)"))
+		}
 	}
 	return errors.Join(errs...)
 }

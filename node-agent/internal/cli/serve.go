@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
+	"github.com/gpulab/gpulab/node-agent/internal/cdispec"
 	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/podresources"
@@ -49,8 +50,44 @@ func newDevicePlugin(f *runFlags, log logr.Logger) (*deviceplugin.Plugin, error)
 		return nil, fmt.Errorf("--device-plugin-dir: %w (mount the kubelet's device-plugin directory from the host)", err)
 	}
 	return deviceplugin.New(deviceplugin.Options{
-		Dir: f.devicePluginDir, ResourceName: f.devicePluginResource, Log: log.WithName("device-plugin"),
+		Dir: f.devicePluginDir, ResourceName: f.devicePluginResource, Strategies: f.strategies, CDIKind: f.cdiKind,
+		Log: log.WithName("device-plugin"),
 	})
+}
+
+// newCDIWriter is the --cdi-spec-dir writer, nil without the flag.
+func newCDIWriter(f *runFlags) (*cdispec.Writer, error) {
+	if f.cdiSpecDir == "" {
+		return nil, nil
+	}
+	w, err := cdispec.NewWriter(f.cdiSpecDir, f.cdiKind)
+	if err != nil {
+		return nil, fmt.Errorf("--cdi-spec-dir: %w", err)
+	}
+	return w, nil
+}
+
+// servePlugin hands a scan's GPUs to the device plugin. With a CDI writer,
+// their spec is written first, so that the kubelet is never offered a GPU
+// whose CDI name the runtime cannot resolve; if it cannot be written, every
+// GPU is served Unhealthy until it can.
+func servePlugin(p *deviceplugin.Plugin, w *cdispec.Writer, r *agent.Result, log logr.Logger) {
+	devs := pluginDevices(r)
+	if w != nil {
+		gpus := []cdispec.GPU{}
+		for _, g := range r.State.Status.GPUs {
+			if g.UUID != "" {
+				gpus = append(gpus, cdispec.GPU{UUID: g.UUID, Index: int(g.Index)})
+			}
+		}
+		if err := w.Write(gpus); err != nil {
+			log.Error(err, "serving every GPU Unhealthy to the kubelet until the CDI spec can be written")
+			for i := range devs {
+				devs[i].Healthy = false
+			}
+		}
+	}
+	p.SetDevices(devs)
 }
 
 // pluginDevices are a scan's GPUs as the device plugin serves them: those

@@ -6,11 +6,11 @@
 // The agent's scans feed it (SetDevices): one Device per GPU, its ID the GPU
 // UUID, Healthy or Unhealthy by the agent's health verdict, and its NUMA node
 // as topology. ListAndWatch streams every change. Allocate answers the IDs the
-// kubelet chose in NVIDIA_VISIBLE_DEVICES, as the NVIDIA device plugin does by
-// default, so the NVIDIA container toolkit exposes exactly those GPUs (and a
-// container on mock GPUs sees which it was given), and refuses IDs it does not
-// serve. GetPreferredAllocation keeps an allocation on one NUMA node when it
-// fits.
+// kubelet chose in the forms of the NVIDIA device plugin's device list
+// strategies (Strategy): NVIDIA_VISIBLE_DEVICES by default, /dev/null mounts,
+// or CDI device names in an annotation or the CRI field. It refuses IDs it
+// does not serve. GetPreferredAllocation keeps an allocation on one NUMA node
+// when it fits.
 //
 // A restarting kubelet removes every plugin socket and recreates its own;
 // Run notices either, serves again and re-registers. The kubelet, not the

@@ -64,6 +64,12 @@ type Options struct {
 	CheckInterval time.Duration
 	// RegisterTimeout bounds one Register call. Defaults to 10s.
 	RegisterTimeout time.Duration
+	// Strategies say how Allocate hands the GPUs to the container
+	// runtime. Defaults to envvar alone, as the NVIDIA device plugin does.
+	Strategies []Strategy
+	// CDIKind is the CDI kind of the GPUs' device names under the cdi-*
+	// strategies. Defaults to DefaultCDIKind.
+	CDIKind string
 	// Log defaults to logr.Discard().
 	Log logr.Logger
 }
@@ -101,6 +107,15 @@ func New(opts Options) (*Plugin, error) {
 	}
 	if opts.RegisterTimeout <= 0 {
 		opts.RegisterTimeout = 10 * time.Second
+	}
+	if len(opts.Strategies) == 0 {
+		opts.Strategies = []Strategy{StrategyEnvvar}
+	}
+	if opts.CDIKind == "" {
+		opts.CDIKind = DefaultCDIKind
+	}
+	if err := ValidateCDIKind(opts.CDIKind); err != nil {
+		return nil, err
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
@@ -194,8 +209,8 @@ func apiDevice(d Device) *pluginapi.Device {
 }
 
 // Allocate implements pluginapi.DevicePluginServer. Each container gets the
-// UUIDs it was allocated in NVIDIA_VISIBLE_DEVICES; an ID the plugin does not
-// serve, or one asked twice, fails the whole request.
+// UUIDs it was allocated in the form of each of the plugin's strategies; an
+// ID the plugin does not serve, or one asked twice, fails the whole request.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	known := map[string]bool{}
 	for _, d := range p.Devices() {
@@ -218,9 +233,11 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			}
 			seen[id] = true
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs: map[string]string{VisibleDevicesEnv: strings.Join(ids, ",")},
-		})
+		cr, err := p.containerResponse(ids)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "allocate %s: %v", p.opts.ResourceName, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 	}
 	return resp, nil
 }

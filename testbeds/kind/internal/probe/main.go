@@ -1,6 +1,7 @@
 // Command probe is the tiny workload the kind testbed's tests run in pods
 // (an image built here, FROM scratch): `probe serve ADDR` prints the GPUs
-// the kubelet gave it (NVIDIA_VISIBLE_DEVICES) and answers every request
+// the kubelet gave it (NVIDIA_VISIBLE_DEVICES, and the /dev/nvidia<N>
+// device nodes CDI gave it) and answers every request
 // with the pod's name; `probe get URL` fetches URL, prints the body
 // and fails unless the answer is 200, retrying until a deadline so that a
 // pod started before its peer is Ready still proves the path.
@@ -12,6 +13,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -30,6 +33,11 @@ func run(args []string) error {
 	case "serve":
 		host, _ := os.Hostname()
 		fmt.Printf("NVIDIA_VISIBLE_DEVICES=%s\n", os.Getenv("NVIDIA_VISIBLE_DEVICES"))
+		nodes, err := filepath.Glob("/dev/nvidia[0-9]*")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("GPU_DEVICE_NODES=%s\n", strings.Join(nodes, ","))
 		srv := &http.Server{Addr: args[1], ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			fmt.Fprintf(w, "hello from %s\n", host)
 		})}
