@@ -31,7 +31,7 @@ func TestInventory(t *testing.T) {
 			needGPULab(t)
 			c := cluster.Client
 			var nodes corev1.NodeList
-			if err := c.List(ctx, &nodes); err != nil {
+			if err := c.List(ctx, &nodes, client.MatchingLabels(opts.NodeSelector)); err != nil {
 				fatalf(t, "%v", err)
 			}
 			checked := 0
@@ -58,11 +58,11 @@ func TestInventory(t *testing.T) {
 				}
 			}
 			if checked == 0 {
-				fatalf(t, "no node advertises nvidia.com/gpu")
+				fatalf(t, "no node --node-selector allows advertises nvidia.com/gpu")
 			}
 			return ctx
 		}).
-		assessIf(opts.Profile == "local", results.RequirementNone, "a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assessIf(opts.Profile == "local", "XIDs can be injected only into the local testbed's simulated agent", results.RequirementNone, "a GPU with a critical XID is reported Unhealthy", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			c := cluster.Client
 			var nodes corev1.NodeList
 			if err := c.List(ctx, &nodes); err != nil || len(nodes.Items) == 0 {

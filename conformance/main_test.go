@@ -78,6 +78,10 @@ func TestMain(m *testing.M) {
 	// which would panic instead, is only a backstop (cli.BackstopGrace).
 	ctx, stopDeadline := o.Deadline(ctx)
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
+	run.Requested = results.Requested(results.Ask{
+		Filtered: o.Features != "" || o.SkipFeatures != "" || o.Assess != "" || o.SkipAssess != "",
+		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs,
+	})
 	cfg := envconf.New()
 	// An empty regexp would match every name: set only the filters given.
 	for _, filter := range []struct {

@@ -44,12 +44,15 @@ func (p *plan) assess(req results.Requirement, name string, fn features.Func) *p
 	return p
 }
 
-// assessIf adds an assessment only where it can run (XID injection needs
-// the local testbed's simulated agent): a run reports what it can be asked
-// to test, not checks it could never run.
-func (p *plan) assessIf(can bool, req results.Requirement, name string, fn features.Func) *plan {
+// assessIf adds an assessment that runs only where it can (XID injection
+// needs the local testbed's simulated agent); elsewhere it is reported
+// skipped, saying why, never dropped from the report.
+func (p *plan) assessIf(can bool, why string, req results.Requirement, name string, fn features.Func) *plan {
 	if !can {
-		return p
+		fn = func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			skipf(t, "%s", why)
+			return ctx
+		}
 	}
 	return p.assess(req, name, fn)
 }

@@ -677,7 +677,9 @@ func runSuite(ctx context.Context, t *testing.T, c client.Client, suite, kubecon
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, suite, "run", "--verbose", "--profile=cluster", "--kubeconfig="+kubeconfig,
-		"--scale=2", "--feature=^(latency|inventory)$", "--prometheus-url="+promURL, "--namespace="+ns,
+		// The XID check needs the local profile's simulated agent: on
+		// --profile=cluster it would be skipped, and the run PARTIAL.
+		"--scale=2", "--feature=^(latency|inventory)$", "--skip-assess=critical XID", "--prometheus-url="+promURL, "--namespace="+ns,
 		"--out="+out, "--pushgateway-url="+pushURL, "--cluster-name="+liveCluster)
 	log, err := cmd.CombinedOutput()
 	if err != nil {

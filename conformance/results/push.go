@@ -12,9 +12,10 @@ import (
 const PushJob = "gpulab_conformance"
 
 // Push sends a run's verdicts and measurements to a Prometheus Pushgateway,
-// grouped by profile and cluster (PushCluster), replacing that cluster's
-// previous run of that profile and no other: two clusters running the same
-// profile each keep their own series.
+// grouped by profile, cluster (PushCluster) and workload, replacing that
+// cluster's previous run of that profile and workload and no other: two
+// clusters running the same profile, or two workloads on one cluster, each
+// keep their own series.
 //
 //	gpulab_conformance_verdict{verdict}                   1 for the run's verdict (PASSED, PARTIAL, FAILED), 0 for the others
 //	gpulab_conformance_feature_passed{feature}            1 if every assessment passed, else 0
@@ -37,7 +38,7 @@ func Push(ctx context.Context, url string, r *Results) error {
 	overall := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_passed", Help: "1 if the last run's verdict is PASSED."})
 	when := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_last_run_timestamp_seconds", Help: "End of the last run."})
 	reg.MustRegister(verdict, featureStatus, requirement, passed, duration, value, samples, overall, when)
-	run := RunVerdict(r.Features)
+	run := RunVerdict(r.Features, r.Requested...)
 	for _, v := range Verdicts {
 		verdict.WithLabelValues(string(v)).Set(boolValue(v == run))
 	}
@@ -49,7 +50,7 @@ func Push(ctx context.Context, url string, r *Results) error {
 		passed.WithLabelValues(f.Name).Set(boolValue(status == StatusPassed))
 		duration.WithLabelValues(f.Name).Set(f.Seconds)
 	}
-	for _, ev := range KAREvidence(r.Features) {
+	for _, ev := range KAREvidence(r.Features, r.Requested...) {
 		for _, s := range []Status{StatusPassed, StatusPartial, StatusFailed, StatusNotTested} {
 			requirement.WithLabelValues(string(ev.Requirement), ev.KAR, string(s)).Set(boolValue(s == ev.Status))
 		}
@@ -64,7 +65,8 @@ func Push(ctx context.Context, url string, r *Results) error {
 	when.Set(float64(r.EndTime.Unix()))
 	pusher := push.New(url, PushJob).Gatherer(reg).
 		Grouping("profile", r.Environment.Profile).
-		Grouping("cluster", PushCluster(r.Environment))
+		Grouping("cluster", PushCluster(r.Environment)).
+		Grouping("workload", r.Environment.WorkloadName())
 	if err := pusher.PushContext(ctx); err != nil {
 		return fmt.Errorf("pushing results to %s: %w", url, err)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// Two clusters of one profile must land in two Pushgateway groups, or the
-// second push replaces the first cluster's series.
+// Two clusters of one profile, and two workloads on one cluster, must land
+// in groups of their own, or a later push replaces the earlier series.
 func TestPushGroupsByCluster(t *testing.T) {
 	var paths []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -18,20 +18,25 @@ func TestPushGroupsByCluster(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
-	for _, cluster := range []string{"lab-a", "lab-b"} {
-		r := &Results{Environment: Environment{Profile: "cluster", ClusterName: cluster},
+	runs := []Environment{
+		{Profile: "cluster", ClusterName: "lab-a"},
+		{Profile: "cluster", ClusterName: "lab-b"},
+		{Profile: "cluster", ClusterName: "lab-b", Workload: "raycluster"},
+	}
+	for _, env := range runs {
+		r := &Results{Environment: env,
 			Features:     []Feature{{Name: "gang", Assessments: []Assessment{{Name: "a", Status: StatusPassed}}}},
 			Measurements: []Measurement{Value("latency", "ready", "seconds", 1)}}
 		if err := Push(context.Background(), srv.URL, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(paths) != 2 {
-		t.Fatalf("pushes %v, want 2", paths)
+	if len(paths) != len(runs) {
+		t.Fatalf("pushes %v, want %d", paths, len(runs))
 	}
-	for i, cluster := range []string{"lab-a", "lab-b"} {
+	for i, env := range runs {
 		got := pushGrouping(t, paths[i])
-		if want := map[string]string{"profile": "cluster", "cluster": cluster}; !reflect.DeepEqual(got, want) {
+		if want := map[string]string{"profile": "cluster", "cluster": env.ClusterName, "workload": env.WorkloadName()}; !reflect.DeepEqual(got, want) {
 			t.Errorf("push %d (%s) grouped by %v, want %v", i, paths[i], got, want)
 		}
 	}

@@ -70,7 +70,7 @@ func (r *Results) JUnit() ([]byte, error) {
 // each feature and assessment, the KAR evidence, the measurements.
 func (r *Results) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", RunVerdict(r.Features))
+	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", RunVerdict(r.Features, r.Requested...))
 	e := r.Environment
 	fmt.Fprintf(&b, "profile `%s`, workload `%s`, Kubernetes %s, Volcano %s, %d nodes, GPUs %s, scale %d, %s\n\n",
 		e.Profile, e.WorkloadName(), orDash(e.KubernetesVersion), orDash(e.VolcanoVersion), e.Nodes, gpus(e.GPUsByProduct), e.Scale, r.EndTime.Sub(r.StartTime).Round(1e9))
@@ -89,8 +89,12 @@ func (r *Results) Markdown() string {
 		}
 	}
 	b.WriteString("\n## KAR evidence\n\n| requirement | KAR | verdict | assessments |\n|---|---|---|---|\n")
-	for _, ev := range KAREvidence(r.Features) {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ev.Requirement, orDash(ev.KAR), result(ev.Status), cell(strings.Join(ev.Assessments, "; ")))
+	for _, ev := range KAREvidence(r.Features, r.Requested...) {
+		verdict := result(ev.Status)
+		if ev.Requested && ev.Status == StatusNotTested {
+			verdict = "*not tested, asked for*"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ev.Requirement, orDash(ev.KAR), verdict, cell(strings.Join(ev.Assessments, "; ")))
 	}
 	if len(r.Measurements) > 0 {
 		b.WriteString("\n| measurement | unit | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n")

@@ -30,6 +30,9 @@ type Results struct {
 	Environment  Environment   `json:"environment"`
 	Features     []Feature     `json:"features"`
 	Evidence     []Evidence    `json:"evidence"`
+	// Requested are the checklist requirements the run was asked to
+	// evidence (Requested); one not tested makes it PARTIAL.
+	Requested []Requirement `json:"requestedRequirements,omitempty"`
 	Measurements []Measurement `json:"measurements"`
 	// Timelines are per-cluster milestones of runs worth drawing (latency),
 	// in seconds since the cluster's create; a missing milestone is -1.

@@ -141,8 +141,8 @@ func TestPushSendsEverySeries(t *testing.T) {
 	if err := Push(context.Background(), srv.URL, r); err != nil {
 		t.Fatal(err)
 	}
-	if got := pushGrouping(t, strings.SplitN(body, "\n", 2)[0]); !reflect.DeepEqual(got, map[string]string{"profile": "local", "cluster": "local"}) {
-		t.Errorf("grouping %v, want profile and cluster both local (no cluster name: the profile stands in)", got)
+	if got := pushGrouping(t, strings.SplitN(body, "\n", 2)[0]); !reflect.DeepEqual(got, map[string]string{"profile": "local", "cluster": "local", "workload": "gpucluster"}) {
+		t.Errorf("grouping %v, want profile and cluster both local (no cluster name: the profile stands in), workload gpucluster", got)
 	}
 	for _, want := range []string{"PUT /metrics/job/gpulab_conformance/", "gpulab_conformance_feature_passed", "gpulab_conformance_measurement", "create_to_status_ready", "gpulab_conformance_passed",
 		"gpulab_conformance_feature_duration_seconds", "gpulab_conformance_measurement_samples", "gpulab_conformance_last_run_timestamp_seconds"} {

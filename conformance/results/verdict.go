@@ -1,6 +1,9 @@
 package results
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Status is an assessment's, a feature's or a requirement's outcome.
 type Status string
@@ -92,8 +95,10 @@ func worst(as []Assessment, skipped Status) Status {
 
 // RunVerdict is PASSED only if every feature passed, FAILED if any failed,
 // PARTIAL otherwise, each feature judged from its assessments. A run with
-// no feature (the filters matched nothing) tested nothing: FAILED.
-func RunVerdict(fs []Feature) Verdict {
+// no feature (the filters matched nothing) tested nothing: FAILED. A
+// requested requirement that no assessment evidences makes a run that
+// would pass PARTIAL: it did not test what it was asked.
+func RunVerdict(fs []Feature, requested ...Requirement) Verdict {
 	if len(fs) == 0 {
 		return VerdictFailed
 	}
@@ -107,7 +112,42 @@ func RunVerdict(fs []Feature) Verdict {
 			return VerdictFailed
 		}
 	}
+	for _, ev := range KAREvidence(fs, requested...) {
+		if ev.Requested && ev.Status == StatusNotTested {
+			v = VerdictPartial
+		}
+	}
 	return v
+}
+
+// Ask is what a run is asked to evidence, from its options.
+type Ask struct {
+	// Filtered is a run narrowed by --feature, --assess or their skips: it
+	// asks for the requirements of what it selected, which the
+	// assessments that ran evidence themselves.
+	Filtered bool
+	// MockGPUs is a testbed whose GPUs are mocks (local, kind): no
+	// container can look at them, so it cannot test accelerator access.
+	MockGPUs bool
+	// RealGPUs is --real-gpus, which runs the accelerator-access checks.
+	RealGPUs bool
+}
+
+// Requested are the checklist requirements a run asks for. A whole run
+// asks for every one its cluster can show, so that a cluster run without
+// --real-gpus is PARTIAL (accelerator access untested), never PASSED.
+func Requested(a Ask) []Requirement {
+	if a.Filtered {
+		return nil
+	}
+	var out []Requirement
+	for _, info := range Requirements {
+		if info.ID == RequirementSecureAcceleratorAccess && a.MockGPUs && !a.RealGPUs {
+			continue
+		}
+		out = append(out, info.ID)
+	}
+	return out
 }
 
 // Requirement is a CNCF Kubernetes AI conformance checklist id an
@@ -160,13 +200,17 @@ type Evidence struct {
 	Status      Status      `json:"status"`
 	// Assessments are "feature/assessment: status", in run order.
 	Assessments []string `json:"assessments,omitempty"`
+	// Requested says the run was asked to evidence it (Requested): not
+	// tested then makes the run PARTIAL.
+	Requested bool `json:"requested,omitempty"`
 }
 
-// KAREvidence aggregates the run's assessments by requirement.
-func KAREvidence(fs []Feature) []Evidence {
+// KAREvidence aggregates the run's assessments by requirement, marking the
+// requested ones.
+func KAREvidence(fs []Feature, requested ...Requirement) []Evidence {
 	var out []Evidence
 	for _, info := range Requirements {
-		e := Evidence{Requirement: info.ID, KAR: info.KAR, Title: info.Title}
+		e := Evidence{Requirement: info.ID, KAR: info.KAR, Title: info.Title, Requested: slices.Contains(requested, info.ID)}
 		var as []Assessment
 		for _, f := range fs {
 			for _, a := range f.Assessments {
@@ -189,12 +233,12 @@ func (r *Results) Finalize() {
 	for i := range r.Features {
 		r.Features[i].Status = FeatureStatus(r.Features[i].Assessments)
 	}
-	r.Verdict = RunVerdict(r.Features)
-	r.Evidence = KAREvidence(r.Features)
+	r.Verdict = RunVerdict(r.Features, r.Requested...)
+	r.Evidence = KAREvidence(r.Features, r.Requested...)
 }
 
 // Passed says whether the run's verdict is PASSED.
-func (r *Results) Passed() bool { return RunVerdict(r.Features) == VerdictPassed }
+func (r *Results) Passed() bool { return RunVerdict(r.Features, r.Requested...) == VerdictPassed }
 
 // RunFeature names the entry a run adds about itself: what stopped it
 // before it finished (a signal, --timeout).

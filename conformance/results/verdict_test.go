@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -334,5 +335,55 @@ func TestRunStoppedFails(t *testing.T) {
 	}
 	if f := r.Features[1]; f.Name != RunFeature || f.Status != StatusFailed || f.Assessments[0].Reason != "--timeout=1m0s passed before the run finished" {
 		t.Errorf("run entry %+v", f)
+	}
+}
+
+// TestRequestedRequirementNotTestedIsPartial: a run whose features all
+// passed but that evidences nothing of a requirement it was asked for is
+// PARTIAL; one it was not asked for leaves it PASSED; a failure stays FAILED.
+func TestRequestedRequirementNotTestedIsPartial(t *testing.T) {
+	fs := []Feature{{Name: "gang", Assessments: []Assessment{{Name: "fits", Requirement: RequirementGangScheduling, Status: StatusPassed}}}}
+	all := Requested(Ask{})
+	if got := RunVerdict(fs); got != VerdictPassed {
+		t.Errorf("nothing requested: %s, want PASSED", got)
+	}
+	if got := RunVerdict(fs, RequirementGangScheduling); got != VerdictPassed {
+		t.Errorf("only the tested requirement requested: %s, want PASSED", got)
+	}
+	if got := RunVerdict(fs, all...); got != VerdictPartial {
+		t.Errorf("every requirement requested, one tested: %s, want PARTIAL", got)
+	}
+	failed := append(slices.Clone(fs), Feature{Name: "x", Assessments: []Assessment{{Name: "y", Status: StatusFailed}}})
+	if got := RunVerdict(failed, all...); got != VerdictFailed {
+		t.Errorf("a failure with untested requirements: %s, want FAILED", got)
+	}
+	r := &Results{Features: fs, Requested: all}
+	r.Finalize()
+	if r.Verdict != VerdictPartial || r.Passed() {
+		t.Errorf("Finalize: %s", r.Verdict)
+	}
+	for _, ev := range r.Evidence {
+		if !ev.Requested {
+			t.Errorf("%s not marked requested", ev.Requirement)
+		}
+	}
+	if md := r.Markdown(); !strings.Contains(md, "| accelerator_metrics | KAR-0059 | *not tested, asked for* |") {
+		t.Errorf("the report does not say an asked requirement was not tested:\n%s", md)
+	}
+}
+
+func TestRequested(t *testing.T) {
+	for _, tc := range []struct {
+		ask  Ask
+		want []Requirement
+	}{
+		{Ask{}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess}},
+		{Ask{MockGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController}},
+		{Ask{MockGPUs: true, RealGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess}},
+		{Ask{Filtered: true}, nil},
+	} {
+		if got := Requested(tc.ask); !slices.Equal(got, tc.want) {
+			t.Errorf("Requested(%+v) = %v, want %v", tc.ask, got, tc.want)
+		}
 	}
 }
