@@ -24,15 +24,15 @@ const SchemaVersionV1 = "conformance.gpulab.io/v1"
 type Results struct {
 	SchemaVersion string `json:"schemaVersion"`
 	// Verdict and Evidence are derived from Features by Finalize.
-	Verdict      Verdict       `json:"verdict"`
-	StartTime    time.Time     `json:"startTime"`
-	EndTime      time.Time     `json:"endTime"`
-	Environment  Environment   `json:"environment"`
-	Features     []Feature     `json:"features"`
-	Evidence     []Evidence    `json:"evidence"`
+	Verdict     Verdict     `json:"verdict"`
+	StartTime   time.Time   `json:"startTime"`
+	EndTime     time.Time   `json:"endTime"`
+	Environment Environment `json:"environment"`
+	Features    []Feature   `json:"features"`
+	Evidence    []Evidence  `json:"evidence"`
 	// Requested are the checklist requirements the run was asked to
 	// evidence (Requested); one not tested makes it PARTIAL.
-	Requested []Requirement `json:"requestedRequirements,omitempty"`
+	Requested    []Requirement `json:"requestedRequirements,omitempty"`
 	Measurements []Measurement `json:"measurements"`
 	// Timelines are per-cluster milestones of runs worth drawing (latency),
 	// in seconds since the cluster's create; a missing milestone is -1.
