@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,12 +13,15 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/footprint"
+	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
 // TestGang is the KAR-0053 plan on Volcano, sized from the free capacity
-// found: a gang that fits binds all-or-nothing; one GPU more than free
-// binds nothing for the whole window and reports Unschedulable; K gangs
+// found: a gang that fits binds all-or-nothing; with a filler holding one
+// node, a gang one GPU more than free (but within the pool's total) binds
+// nothing for the whole window and the scheduler holds its PodGroup
+// Unschedulable; K gangs
 // contending for room for K/2 are never seen partly bound and the waiting
 // ones bind as capacity frees; an exact fill binds.
 func TestGang(t *testing.T) {
@@ -41,29 +45,42 @@ func TestGang(t *testing.T) {
 			s.checkInvariants()
 			return ctx
 		}).
-		assess(results.RequirementGangScheduling, "a gang one GPU larger than free capacity binds no pod and reports Unschedulable", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementGangScheduling, "a gang that fits the pool but is one GPU larger than its free capacity binds no pod, held by the scheduler", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
-			free, whole := capacity(ctx, t)
-			// Volcano may see room outside the footprint, but every pod is
-			// pinned to the pool, so the pool's free capacity is the room.
+			capacity(ctx, t)
+			// A filler holds one whole node, so the gang fits the pool's
+			// total (gpulab's own check lets it through and builds its
+			// PodGroup) but not what is free: only the scheduler can hold
+			// it back.
+			filled := s.fillNode(ctx)
+			free, whole, err := freeCapacity(ctx, cluster.Client)
+			if err != nil {
+				fatalf(t, "reading capacity: %v", err)
+			}
 			// One more GPU than is free: every whole free node plus one GPU.
 			extra := int32(free - whole*8 + 1)
 			s.gang(ctx, "too-big", workerGroup{"workers", int32(whole), 8}, workerGroup{"extra", 1, extra})
+			t.Logf("filler holds %s; gang of %d GPUs against %d free", filled, whole*8+int(extra), free)
 			window := time.Now().Add(opts.WaitWindow)
-			reported := false
+			held := false
 			for time.Now().Before(window) && ctx.Err() == nil {
 				if n := s.recorder.Bound("too-big"); n > 0 {
-					fatalf(t, "%d pods of a gang that cannot fit were bound", n)
+					fatalf(t, "%d pods of a gang that cannot fit the free capacity were bound", n)
 				}
-				reported = reported || unschedulable(ctx, s)
+				held = held || heldByScheduler(ctx, s, "too-big")
 				time.Sleep(100 * time.Millisecond)
 			}
 			// A window the run's end cut short proved nothing either way.
 			if ctx.Err() != nil {
 				fatalf(t, "stopped before the %s window ended: %v", opts.WaitWindow, context.Cause(ctx))
 			}
-			if !reported {
-				failf(t, "the gang never reported Unschedulable: %s", workload().describe(ctx, s, "too-big"))
+			if opts.Workload == "gpucluster" && meta.IsStatusConditionFalse(s.get(ctx, "too-big").Status.Conditions, gpulabv1alpha1.ConditionSchedulable) {
+				failf(t, "gpulab judged a gang that fits the pool's total capacity never schedulable: the scheduler was not asked")
+			}
+			if _, err := podGroupOf(ctx, s, "too-big"); err != nil {
+				failf(t, "the gang has no PodGroup, so no scheduler held it: %v", err)
+			} else if !held {
+				failf(t, "the scheduler never reported the gang's PodGroup Unschedulable: %s", workload().describe(ctx, s, "too-big"))
 			}
 			s.checkInvariants()
 			return ctx
@@ -72,14 +89,17 @@ func TestGang(t *testing.T) {
 			s := newScenario(ctx, t, name)
 			_, whole := capacity(ctx, t)
 			const k = footprint.ContendingGangs
-			per := int32(whole / (k / 2)) // two gangs fill the whole free nodes
+			per := int32(whole / (k / 2)) // k/2 gangs fill the whole free nodes
+			room := whole / int(per)       // gangs that fit at once
 			for i := range k {
 				s.gang(ctx, fmt.Sprintf("contend-%d", i), workerGroup{"workers", per, 8})
 			}
 			ready := map[string]bool{}
 			start := time.Now()
-			var firstFreed time.Time
-			var bindAfterFree []float64
+			// Each Ready gang is deleted at once, freeing room for one that
+			// waits; a waiting gang is timed from the deletion that let it
+			// in (measure.FreedToReady), the first wave not at all.
+			var readyAt, freedAt []time.Time
 			for len(ready) < k {
 				if ctx.Err() != nil {
 					fatalf(t, "stopped with %d of %d contending gangs Ready: %v", len(ready), k, ctx.Err())
@@ -87,24 +107,23 @@ func TestGang(t *testing.T) {
 				if time.Since(start) > 2*opts.ReadyTimeout {
 					fatalf(t, "only %d of %d contending gangs became Ready", len(ready), k)
 				}
+				var now []string
+				tls := s.recorder.Timelines()
 				for i := range k {
-					n := fmt.Sprintf("contend-%d", i)
-					if ready[n] || !gangReady(s.recorder.Timelines()[n]) {
-						continue
+					if n := fmt.Sprintf("contend-%d", i); !ready[n] && gangReady(tls[n]) {
+						now = append(now, n)
 					}
+				}
+				slices.SortFunc(now, func(a, b string) int { return measure.ReadyAt(tls[a]).Compare(measure.ReadyAt(tls[b])) })
+				for _, n := range now {
 					ready[n] = true
-					if !firstFreed.IsZero() {
-						bindAfterFree = append(bindAfterFree, time.Since(firstFreed).Seconds())
-					}
-					// Free its capacity for a waiting gang.
-					if firstFreed.IsZero() {
-						firstFreed = time.Now()
-					}
+					readyAt = append(readyAt, measure.ReadyAt(tls[n]))
 					s.delete(ctx, n)
+					freedAt = append(freedAt, time.Now())
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			measured(results.Distribution(name, "contended_free_to_ready", "seconds", bindAfterFree))
+			measured(results.Distribution(name, "contended_free_to_ready", "seconds", measure.FreedToReady(readyAt, freedAt, room)))
 			s.checkInvariants()
 			return ctx
 		}).
@@ -119,13 +138,10 @@ func TestGang(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// unschedulable says whether the gang reports it cannot be placed: gpulab's
-// Schedulable=False, or (any workload) its PodGroup's Unschedulable.
-func unschedulable(ctx context.Context, s *scenario) bool {
-	if opts.Workload == "gpucluster" && meta.IsStatusConditionFalse(s.get(ctx, "too-big").Status.Conditions, gpulabv1alpha1.ConditionSchedulable) {
-		return true
-	}
-	pg, err := podGroupOf(ctx, s, "too-big")
+// heldByScheduler says whether the scheduler reports the gang's PodGroup
+// Unschedulable: the scheduler's own verdict, not gpulab's.
+func heldByScheduler(ctx context.Context, s *scenario, gang string) bool {
+	pg, err := podGroupOf(ctx, s, gang)
 	if err != nil {
 		return false
 	}

@@ -315,3 +315,45 @@ func gpuNodes(ctx context.Context, c client.Client) ([]corev1.Node, error) {
 	}
 	return out, nil
 }
+
+// fillNode holds every GPU of one whole free pool node with a plain pod,
+// placed by the default scheduler and kept to that node by affinity, and
+// waits until it is bound; the scenario deletes it with the rest. It
+// returns the node's name.
+func (s *scenario) fillNode(ctx context.Context) string {
+	s.t.Helper()
+	rooms, err := nodeRooms(ctx, s.c)
+	if err != nil {
+		fatalf(s.t, "reading capacity: %v", err)
+	}
+	var node *footprint.Node
+	for i := range rooms {
+		if fp.inPool[rooms[i].Name] && rooms[i].Free == rooms[i].GPUs {
+			node = &rooms[i]
+			break
+		}
+	}
+	if node == nil {
+		skipf(s.t, "no whole free node in the footprint to fill")
+	}
+	tmpl := podTemplate("filler", int32(node.GPUs))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Labels: tmpl.Labels}, Spec: tmpl.Spec}
+	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node.Name}}},
+		}}},
+	}}
+	if err := s.add(ctx, pod); err != nil {
+		fatalf(s.t, "creating the filler pod: %v", err)
+	}
+	err = waitFor(ctx, opts.ReadyTimeout, func() (bool, string) {
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, err.Error()
+		}
+		return pod.Spec.NodeName != "", fmt.Sprintf("filler for %s not bound", node.Name)
+	})
+	if err != nil {
+		fatalf(s.t, "the filler pod holding %s's %d GPUs: %v", node.Name, node.GPUs, err)
+	}
+	return node.Name
+}
