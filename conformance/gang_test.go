@@ -90,7 +90,7 @@ func TestGang(t *testing.T) {
 			_, whole := capacity(ctx, t)
 			const k = footprint.ContendingGangs
 			per := int32(whole / (k / 2)) // k/2 gangs fill the whole free nodes
-			room := whole / int(per)       // gangs that fit at once
+			room := whole / int(per)      // gangs that fit at once
 			for i := range k {
 				s.gang(ctx, fmt.Sprintf("contend-%d", i), workerGroup{"workers", per, 8})
 			}
