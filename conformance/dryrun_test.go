@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/profile"
+	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/gfd"
 )
@@ -50,7 +51,9 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 	}
 	cluster = env
 	rooms, err := nodeRooms(ctx, env.Client)
-	return rooms, fmt.Sprintf("cluster %q (%s)", env.Name, env.Config.Host), err
+	// Connect checked every permission (it fails naming what is missing).
+	return rooms, fmt.Sprintf("cluster %q (%s); preflight: all %d permissions of the %s ClusterRole granted",
+		env.Name, env.Config.Host, rbac.Verbs(rbac.Rules()), rbac.Name), err
 }
 
 func printPlan(w io.Writer, where string, nodes []footprint.Node) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
@@ -255,6 +257,11 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every permission the run needs, before anything else: a rule the
+	// caller lacks is named now, not met as a Forbidden halfway through.
+	if err := checkPermissions(ctx, c); err != nil {
+		return nil, err
+	}
 	missing, hasGPULab, err := missingCRDs(ctx, c, opts.Workload)
 	if err != nil {
 		return nil, err
@@ -269,6 +276,24 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	env := &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, HasGPULab: hasGPULab, operatorNamespace: opts.OperatorNamespace}
 	return env, nil
+}
+
+// checkPermissions fails naming every verb of the suite's ClusterRole
+// (conformance/rbac) the caller may not use.
+func checkPermissions(ctx context.Context, c client.Client) error {
+	missing, err := rbac.Check(ctx, c, rbac.Rules())
+	if err != nil {
+		return err
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	lines := make([]string, len(missing))
+	for i, m := range missing {
+		lines[i] = "  " + m.String()
+	}
+	return fmt.Errorf("preflight: this user lacks %d of the %d permissions the suite needs "+
+		"(the %s ClusterRole in conformance/config grants them all):\n%s", len(missing), rbac.Verbs(rbac.Rules()), rbac.Name, strings.Join(lines, "\n"))
 }
 
 // probeTimeout bounds the first request to a cluster: an address that

@@ -90,6 +90,17 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	return &Environment{Config: cfg, Client: c, env: env}, nil
 }
 
+// AsUser is a config for another user of this API server (a client
+// certificate for name in groups), whom RBAC authorizes like anyone else:
+// tests run code under exactly the roles they bind.
+func (e *Environment) AsUser(name string, groups ...string) (*rest.Config, error) {
+	u, err := e.env.AddUser(crenvtest.User{Name: name, Groups: groups}, e.Config)
+	if err != nil {
+		return nil, fmt.Errorf("envtest user %s: %w", name, err)
+	}
+	return u.Config(), nil
+}
+
 // Stop stops the API server and etcd.
 func (e *Environment) Stop() error { return e.env.Stop() }
 

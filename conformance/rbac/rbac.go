@@ -1,0 +1,124 @@
+// Package rbac is the suite's least privilege on a cluster: the rules of the
+// gpulab-conformance ClusterRole (shipped as conformance/config, generated
+// from Rules) and a preflight that asks the API server, with
+// SelfSubjectAccessReviews, whether the caller holds each of them.
+//
+// The suite creates a namespace per scenario, so what it does to pods and
+// its workloads it does in namespaces it cannot name in advance: the rules
+// are cluster-wide, and the run label (not RBAC) keeps it to its own
+// objects. It never updates or patches anything: every object it changes
+// it created, and it only creates and deletes. Checks that only the local
+// testbed runs (XID injection annotates nodes) are not in the rules.
+package rbac
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Name names the ClusterRole, its binding, the ServiceAccount and the
+// runner's namespace.
+const Name = "gpulab-conformance"
+
+// Rule is one resource's verbs, and why the suite needs them.
+type Rule struct {
+	Group, Resource string
+	Verbs           []string
+	Why             string
+}
+
+var (
+	read   = []string{"get", "list", "watch"}
+	manage = []string{"get", "list", "watch", "create", "delete"}
+)
+
+// Rules are what the suite does on a cluster, whatever its flags (the
+// workload's kinds are all listed: a reviewed role should not change with
+// --workload).
+func Rules() []Rule {
+	return []Rule{
+		{"", "namespaces", manage, "a namespace per scenario, deleted after; --namespace is read"},
+		{"", "pods", manage, "probe and filler pods; the run's pods counted and waited for; the operator's leader found and, with --disruptive, force-deleted"},
+		{"", "pods/log", []string{"get"}, "nvidia-smi output of --real-gpus probes"},
+		{"", "nodes", read, "the GPU pool: allocatable, cordons, labels"},
+		{"gpulab.io", "gpuclusters", manage, "the gangs of --workload=gpucluster and the invalid ones the API must refuse"},
+		{"gpulab.io", "gpujobs", manage, "the job feature"},
+		{"gpulab.io", "gpuinventories", read, "the inventory feature"},
+		{"scheduling.volcano.sh", "podgroups", read, "each gang's PodGroup and the scheduler's verdict on it"},
+		{"scheduling.volcano.sh", "queues", []string{"get", "list", "create", "delete"}, "the run's queue, capped at --max-gpus; --queue is read"},
+		{"batch.volcano.sh", "jobs", manage, "the gangs of --workload=vcjob"},
+		{"ray.io", "rayclusters", manage, "the gangs of --workload=raycluster"},
+		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves"},
+		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag"},
+		{"coordination.k8s.io", "leases", []string{"get"}, "who leads the operator (--operator-namespace)"},
+	}
+}
+
+// ClusterRole is the role the rules make.
+func ClusterRole() *rbacv1.ClusterRole {
+	cr := &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{"app.kubernetes.io/name": Name}},
+	}
+	for _, r := range Rules() {
+		cr.Rules = append(cr.Rules, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: r.Verbs})
+	}
+	return cr
+}
+
+// Missing is one verb on one resource the caller may not use.
+type Missing struct {
+	Verb string
+	Rule Rule
+	// Reason is the authorizer's, when it gave one.
+	Reason string
+}
+
+func (m Missing) String() string {
+	res := m.Rule.Resource
+	if m.Rule.Group != "" {
+		res += "." + m.Rule.Group
+	}
+	s := fmt.Sprintf("%s %s (%s)", m.Verb, res, m.Rule.Why)
+	if m.Reason != "" {
+		s += ": " + m.Reason
+	}
+	return s
+}
+
+// Check asks, verb by verb, whether the caller may do what rules say,
+// cluster-wide. It returns what is denied; an error only when the API
+// server could not answer.
+func Check(ctx context.Context, c client.Client, rules []Rule) ([]Missing, error) {
+	var missing []Missing
+	for _, r := range rules {
+		resource, sub, _ := strings.Cut(r.Resource, "/")
+		for _, verb := range r.Verbs {
+			ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: r.Group, Resource: resource, Subresource: sub, Verb: verb},
+			}}
+			if err := c.Create(ctx, ssar); err != nil {
+				return nil, fmt.Errorf("asking the API server whether this user may %s %s: %w", verb, r.Resource, err)
+			}
+			if !ssar.Status.Allowed {
+				missing = append(missing, Missing{Verb: verb, Rule: r, Reason: ssar.Status.Reason})
+			}
+		}
+	}
+	return missing, nil
+}
+
+// Verbs counts the verbs of rules: the checks Check makes.
+func Verbs(rules []Rule) int {
+	n := 0
+	for _, r := range rules {
+		n += len(r.Verbs)
+	}
+	return n
+}

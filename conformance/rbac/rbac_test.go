@@ -1,0 +1,73 @@
+package rbac
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite conformance/config/clusterrole.yaml from Rules")
+
+const shipped = "../config/clusterrole.yaml"
+
+// clusterRoleYAML is the shipped file's content: each rule's reason as a
+// comment, then the ClusterRole.
+func clusterRoleYAML(t *testing.T) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteString("# Generated from conformance/rbac (go test ./conformance/rbac/ -update): do not edit.\n# Why each rule:\n")
+	for _, r := range Rules() {
+		g := r.Group
+		if g == "" {
+			g = "core"
+		}
+		fmt.Fprintf(&b, "#   %s %s %v: %s\n", g, r.Resource, r.Verbs, r.Why)
+	}
+	out, err := yaml.Marshal(ClusterRole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Write(out)
+	return b.Bytes()
+}
+
+func TestShippedClusterRoleIsGenerated(t *testing.T) {
+	want := clusterRoleYAML(t)
+	if *update {
+		if err := os.WriteFile(shipped, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(filepath.Clean(shipped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from conformance/rbac's Rules: run go test ./conformance/rbac/ -update", shipped)
+	}
+}
+
+// The role grants no write beyond create and delete, nothing on secrets,
+// and no wildcard: what a platform team reviews for.
+func TestRulesAreLeastPrivilege(t *testing.T) {
+	for _, r := range Rules() {
+		for _, v := range r.Verbs {
+			switch v {
+			case "get", "list", "watch", "create", "delete":
+			default:
+				t.Errorf("%s %s: verb %q", r.Group, r.Resource, v)
+			}
+		}
+		if r.Resource == "secrets" || r.Resource == "*" || r.Group == "*" {
+			t.Errorf("rule on %s/%s", r.Group, r.Resource)
+		}
+		if r.Why == "" {
+			t.Errorf("%s %s: no reason given", r.Group, r.Resource)
+		}
+	}
+}
