@@ -196,8 +196,13 @@ func (r *Results) Write(dir string) error {
 	if err != nil {
 		return fmt.Errorf("rendering report.html: %w", err)
 	}
+	product, err := r.ProductYAML()
+	if err != nil {
+		return err
+	}
 	for name, content := range map[string][]byte{
 		"results.json": append(data, '\n'), "junit.xml": junit, "report.md": []byte(r.Markdown()), "report.html": page,
+		ProductFile: product,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
 			return fmt.Errorf("writing results: %w", err)
