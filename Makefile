@@ -254,6 +254,10 @@ KIND_WORKERS ?= 4
 kind-image: $(TESTBED) ## Build the kind node image and its component images locally (cached; root for dockerd and debootstrap).
 	$(TESTBED) kind-image
 
+.PHONY: images
+images: $(TESTBED) ## Build the gpulab-conformance image (the in-cluster runner) locally, tagged dev and VERSION (Docker; root for debootstrap).
+	$(TESTBED) images
+
 .PHONY: kind-up
 kind-up: $(TESTBED) ## Create a kind cluster (KIND_WORKERS=4) with Volcano and gpulab, from the local node image.
 	$(TESTBED) kind-up --workers $(KIND_WORKERS)

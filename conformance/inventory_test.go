@@ -90,30 +90,33 @@ func TestInventory(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementAcceleratorMetrics, "every GPU has utilization and memory series", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			needGPULab(t)
-			have, source := gpuSeries(ctx, t)
-			var invs gpulabv1alpha1.GPUInventoryList
-			if err := cluster.Client.List(ctx, &invs); err != nil {
-				fatalf(t, "%v", err)
-			}
-			selected := selectedNodes(ctx, t)
-			var uuids []string
-			for _, inv := range invs.Items {
-				if selected != nil && !selected[inv.Name] {
-					continue
+			samples, source, intervals := gpuSeries(ctx, t)
+			var cov measure.Coverage
+			var checked string
+			if cluster.HasGPULab {
+				uuids := inventoryUUIDs(ctx, t)
+				cov = measure.CheckGPUSeries(samples, uuids)
+				checked = fmt.Sprintf("%d GPUs of the GPUInventories", len(uuids))
+			} else {
+				// A cluster without gpulab (DCGM's exporter alone): the
+				// GPUs are what each node's allocatable advertises, found
+				// in the series by their Hostname label.
+				advertised := advertisedGPUs(ctx, t)
+				cov = measure.CheckNodeGPUSeries(samples, advertised)
+				total := int64(0)
+				for _, n := range advertised {
+					total += n
 				}
-				for _, g := range inv.Status.GPUs {
-					uuids = append(uuids, g.UUID)
-				}
+				checked = fmt.Sprintf("%d GPUs the allocatable of %d nodes advertises", total, len(advertised))
 			}
-			if len(uuids) == 0 {
-				fatalf(t, "no GPUInventory lists a GPU")
-			}
-			missing, exporters := measure.MissingGPUSeries(have, uuids)
-			for _, m := range missing {
+			for _, m := range cov.Failures {
 				failf(t, "%s, from %s", m, source)
 			}
-			t.Logf("%d GPUs checked against %s (series from %v)", len(uuids), source, exporters)
+			t.Logf("%s checked against %s: %d with fresh series (from %v; freshness within 2 scrape intervals, %s); %d MIG instances on %d GPUs",
+				checked, source, cov.Covered, cov.Exporters, intervals, cov.MIGInstances, len(cov.MIG))
+			for _, m := range cov.MIG {
+				t.Logf("MIG: %s", m)
+			}
 			return ctx
 		}).feature()
 	testenv.Test(t, f)
@@ -128,16 +131,21 @@ func needGPULab(t *testing.T) {
 	}
 }
 
-// gpuSeries reads which GPUs have per-GPU series: from --prometheus-url
-// when given (any cluster, gpulab's or DCGM's exporter), else straight from
-// the local testbed's agent.
-func gpuSeries(ctx context.Context, t *testing.T) (measure.UUIDsByMetric, string) {
+// gpuSeries reads the newest sample of every per-GPU series: from
+// --prometheus-url when given (any cluster, gpulab's or DCGM's exporter),
+// else straight from the local testbed's agent. It also says where the
+// scrape intervals that judge freshness came from.
+func gpuSeries(ctx context.Context, t *testing.T) ([]measure.GPUSample, string, string) {
 	if opts.PrometheusURL != "" {
-		have, err := measure.UUIDsInPrometheus(ctx, opts.PrometheusURL)
+		p, err := measure.NewPrometheus(opts.PrometheusURL, opts.PrometheusBearerTokenFile, opts.PrometheusCAFile)
 		if err != nil {
 			fatalf(t, "%v", err)
 		}
-		return have, "Prometheus at " + opts.PrometheusURL
+		samples, intervals, err := measure.GPUSamplesInPrometheus(ctx, p)
+		if err != nil {
+			fatalf(t, "%v", err)
+		}
+		return samples, "Prometheus at " + opts.PrometheusURL, "scrape intervals from " + intervals
 	}
 	url := cluster.AgentMetricsURL(ctx)
 	if url == "" {
@@ -147,7 +155,50 @@ func gpuSeries(ctx context.Context, t *testing.T) (measure.UUIDsByMetric, string
 	if err != nil {
 		fatalf(t, "scraping the agent: %v", err)
 	}
-	return measure.UUIDsInScrape(s), "the local agent's " + url
+	return measure.GPUSamplesInScrape(s, time.Now()), "the local agent's " + url, "read directly"
+}
+
+// inventoryUUIDs are the GPUs the GPUInventories of the nodes
+// --node-selector allows list.
+func inventoryUUIDs(ctx context.Context, t *testing.T) []string {
+	var invs gpulabv1alpha1.GPUInventoryList
+	if err := cluster.Client.List(ctx, &invs); err != nil {
+		fatalf(t, "%v", err)
+	}
+	selected := selectedNodes(ctx, t)
+	var uuids []string
+	for _, inv := range invs.Items {
+		if selected != nil && !selected[inv.Name] {
+			continue
+		}
+		for _, g := range inv.Status.GPUs {
+			uuids = append(uuids, g.UUID)
+		}
+	}
+	if len(uuids) == 0 {
+		fatalf(t, "no GPUInventory lists a GPU")
+	}
+	return uuids
+}
+
+// advertisedGPUs is, per node --node-selector allows, the GPU devices its
+// allocatable offers (nvidia.com/gpu and nvidia.com/mig-*); nodes with
+// none are left out.
+func advertisedGPUs(ctx context.Context, t *testing.T) map[string]int64 {
+	var nodes corev1.NodeList
+	if err := cluster.Client.List(ctx, &nodes, client.MatchingLabels(opts.NodeSelector)); err != nil {
+		fatalf(t, "listing the nodes --node-selector allows: %v", err)
+	}
+	out := map[string]int64{}
+	for _, n := range nodes.Items {
+		if g := measure.AdvertisedGPUs(n); g > 0 {
+			out[n.Name] = g
+		}
+	}
+	if len(out) == 0 {
+		fatalf(t, "no node --node-selector allows advertises nvidia.com/gpu or nvidia.com/mig-*")
+	}
+	return out
 }
 
 // selectedNodes are the nodes --node-selector allows, read in one list

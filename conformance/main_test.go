@@ -13,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/gpulab/gpulab/conformance/cli"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/internal/version"
+	"github.com/gpulab/gpulab/testbeds/local"
 )
 
 var (
@@ -183,6 +186,11 @@ func report(testsCode int, out string) int {
 			errs = append(errs, err)
 		}
 	}
+	if opts.ResultsConfigMap != "" {
+		if err := storeResults(out); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	fmt.Printf("\n%s\nresults: %s\n", run.Markdown(), out)
 	if opts.PushgatewayURL != "" {
 		if err := results.Push(context.Background(), opts.PushgatewayURL, run); err != nil {
@@ -202,6 +210,30 @@ func report(testsCode int, out string) int {
 	}
 	fmt.Printf("conformance: %s (exit %d)\n", run.Verdict, code)
 	return code
+}
+
+// storeResults packs out into --results-configmap, for retrieve: the
+// in-cluster runner's pod and its folder go away after the run.
+func storeResults(out string) error {
+	ns, name, err := runner.ParseConfigMapRef(opts.ResultsConfigMap)
+	if err != nil {
+		return err
+	}
+	cfg, _, err := profile.LoadConfig(opts.Kubeconfig, opts.Context)
+	if err != nil {
+		return fmt.Errorf("storing the results: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	if err != nil {
+		return fmt.Errorf("storing the results: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := runner.Store(ctx, c, ns, name, opts.RunID, string(run.Verdict), out); err != nil {
+		return err
+	}
+	fmt.Printf("results stored in ConfigMap %s/%s\n", ns, name)
+	return nil
 }
 
 func withSuiteVersion(e results.Environment) results.Environment {

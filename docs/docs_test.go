@@ -363,7 +363,7 @@ func TestInstallCommands(t *testing.T) {
 }
 
 // suiteCommands are the commands whose -h the CLI reference shows, in order.
-var suiteCommands = [][]string{{"-h"}, {"compare", "-h"}, {"median", "-h"}, {"baseline", "-h"}, {"cleanup", "-h"}, {"version", "-h"}}
+var suiteCommands = [][]string{{"-h"}, {"compare", "-h"}, {"median", "-h"}, {"baseline", "-h"}, {"submit", "-h"}, {"status", "-h"}, {"retrieve", "-h"}, {"cleanup", "-h"}, {"version", "-h"}}
 
 // commandName is the command an argument list runs: run when none is named.
 func commandName(args []string) string {
@@ -431,7 +431,7 @@ func TestCLIReference(t *testing.T) {
 var (
 	helpFlag  = regexp.MustCompile(`(?m)^\s+--?([a-z][a-z0-9-]*)`)
 	codeFlag  = regexp.MustCompile(`(?:^|[\s(\[])--([a-z][a-z0-9-]*)`)
-	suiteCall = regexp.MustCompile(`gpulab-conformance(?:\s+(run|compare|median|baseline|cleanup|version))?((?:\s+[^|;&]*)?)`)
+	suiteCall = regexp.MustCompile(`gpulab-conformance(?:\s+(run|compare|median|baseline|submit|status|retrieve|cleanup|version))?((?:\s+[^|;&]*)?)`)
 )
 
 // suiteFlags are each command's flags, read from its -h.

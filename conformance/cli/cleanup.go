@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,11 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -23,7 +26,7 @@ import (
 // gone, 1 when something could not be deleted or did not go in time, 2 on
 // bad usage.
 func cleanupCommand(args []string, stdout, stderr io.Writer) int {
-	const usage = "gpulab-conformance cleanup (--run-id ID | --all-runs) [--kubeconfig FILE] [--context NAME] [--timeout D] [--dry-run]"
+	const usage = "gpulab-conformance cleanup (--run-id ID | --all-runs) [--runner-namespace NS] [--kubeconfig FILE] [--context NAME] [--timeout D] [--dry-run]"
 	fs := newCommandFlags("cleanup", stderr, usage)
 	runID := fs.String("run-id", "", "the run whose objects to delete (the run prints it; objects carry "+cleanup.RunIDLabel+")")
 	allRuns := fs.Bool("all-runs", false, "delete the objects of every run (anything with "+cleanup.RunIDLabel+")")
@@ -31,6 +34,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "kubeconfig context (default its current context)")
 	timeout := fs.Duration("timeout", 0, "how long the run's pods may take to go (default 3m, or 150ms a pod when more)")
 	dryRun := fs.Bool("dry-run", false, "list what would be deleted and delete nothing")
+	runnerNS := fs.String("runner-namespace", runner.DefaultNamespace, "where submit ran the run: its Job and results ConfigMap go too, and the runner's RBAC once no run uses it")
 	if code, ok := parseCommandFlags(fs, args); !ok {
 		return code
 	}
@@ -67,5 +71,42 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 	} else if !*dryRun {
 		fmt.Fprintf(stdout, "done in %.1f s\n", time.Since(start).Seconds())
 	}
+	if *dryRun {
+		return results.ExitPassed
+	}
+	deleted, err := cleanupRunners(ctx, c, *runnerNS, *runID, *allRuns)
+	for _, d := range deleted {
+		fmt.Fprintf(stdout, "deleted %s\n", d)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance cleanup: the runner: %v\n", err)
+		return results.ExitFailed
+	}
 	return results.ExitPassed
+}
+
+// cleanupRunners removes what submit created for the run, or for every run.
+func cleanupRunners(ctx context.Context, c client.Client, ns, runID string, allRuns bool) ([]string, error) {
+	ids := []string{runID}
+	if allRuns {
+		var jobs batchv1.JobList
+		if err := c.List(ctx, &jobs, client.InNamespace(ns), client.HasLabels{runner.RunnerLabel}); err != nil {
+			return nil, err
+		}
+		ids = ids[:0]
+		for _, j := range jobs.Items {
+			ids = append(ids, j.Labels[runner.RunnerLabel])
+		}
+	}
+	if len(ids) == 0 {
+		return runner.CleanupShared(ctx, c, ns)
+	}
+	var all []string
+	var errs []error
+	for _, id := range ids {
+		deleted, err := runner.Cleanup(ctx, c, ns, id)
+		all = append(all, deleted...)
+		errs = append(errs, err)
+	}
+	return all, errors.Join(errs...)
 }

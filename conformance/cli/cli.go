@@ -46,6 +46,12 @@ func Main(args []string, stdout, stderr io.Writer) (*RunOptions, int) {
 		return nil, versionCommand(rest, stdout, stderr)
 	case "cleanup":
 		return nil, cleanupCommand(rest, stdout, stderr)
+	case "submit":
+		return nil, submitCommand(rest, stdout, stderr)
+	case "status":
+		return nil, statusCommand(rest, stdout, stderr)
+	case "retrieve":
+		return nil, retrieveCommand(rest, stdout, stderr)
 	case "help":
 		printUsage(stdout, true)
 		return nil, results.ExitPassed
@@ -63,7 +69,10 @@ commands:
   compare   compare a run's results.json with a baseline; exit 1 on a regression or a missing item
   median    merge repeated runs into one results.json (median percentiles, worst verdicts)
   baseline  promote a run's results.json to a baseline file
-  cleanup   delete what a killed run left on a cluster (--run-id ID, or --all-runs)
+  submit    run the suite in the cluster as a Job under the shipped RBAC (run flags; --runner-image), following its log
+  status    a submitted run's phase and verdict (--run-id ID)
+  retrieve  copy a submitted run's results out of the cluster (--run-id ID --to DIR)
+  cleanup   delete what a run (and its runner) left on a cluster (--run-id ID, or --all-runs)
   version   print the suite's version
 
 exit codes: 0 passed, 1 failed (or a regression), 2 bad usage, 3 partial (something asked for could not be tested)

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpulab/gpulab/conformance/footprint"
+	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -55,6 +57,12 @@ type RunOptions struct {
 	RealGPUs                                   bool
 	ProbeImage                                 string
 
+	// PrometheusBearerTokenFile holds the token sent to PrometheusURL (read
+	// again on every request); PrometheusCAFile the PEM CAs its
+	// certificate is checked against instead of the system roots.
+	PrometheusBearerTokenFile string
+	PrometheusCAFile          string
+
 	// Local profile.
 	Fleet          local.Fleet
 	TestbedName    string
@@ -70,6 +78,9 @@ type RunOptions struct {
 	// Timeout is the suite's own deadline (Deadline): the run then stops,
 	// cleans up, writes its results and ends FAILED.
 	Timeout time.Duration
+	// ResultsConfigMap is NAMESPACE/NAME of a ConfigMap the output is also
+	// stored in (runner.Store): the in-cluster runner's, for retrieve.
+	ResultsConfigMap string
 
 	// RunID labels everything the run creates, so cleanup finds it all.
 	RunID string
@@ -124,6 +135,8 @@ func runFlags(o *RunOptions) []runFlag {
 		{"what to test", "wait-window", "how long a gang that cannot fit is watched for bound pods", dur(&o.WaitWindow, 10*time.Second)},
 		{"what to test", "ready-timeout", "how long a gang that fits may take to be Ready", dur(&o.ReadyTimeout, 2*time.Minute)},
 		{"what to test", "prometheus-url", "per-GPU series from this Prometheus (gpulab_gpu_* or DCGM_FI_DEV_*) instead of the local agent", str(&o.PrometheusURL, "")},
+		{"what to test", "prometheus-bearer-token-file", "--prometheus-url: send the token in this file (re-read per request) as a bearer token", str(&o.PrometheusBearerTokenFile, "")},
+		{"what to test", "prometheus-ca-file", "--prometheus-url: check its certificate against these PEM CAs, not the system's", str(&o.PrometheusCAFile, "")},
 		{"what to test", "operator-metrics-url", "the workload operator's /metrics, for the work per gang (local: found by itself)", str(&o.OperatorMetricsURL, "")},
 		{"what to test", "real-gpus", "kind, cluster: run nvidia-smi in pods and check GPUs, UUIDs and isolation", boolean(&o.RealGPUs)},
 		{"what to test", "probe-image", "image with nvidia-smi, sh and sleep for --real-gpus", str(&o.ProbeImage, DefaultProbeImage)},
@@ -137,6 +150,8 @@ func runFlags(o *RunOptions) []runFlag {
 		{"output", "cluster-name", "names the cluster in results and the push grouping (default: the testbed or context name)", str(&o.ClusterName, "")},
 		{"output", "verbose", "print every assessment's log, not only failures'", boolean(&o.Verbose)},
 		{"output", "timeout", "stop the run after this long: it cleans up, writes its results and ends FAILED", dur(&o.Timeout, time.Hour)},
+		{"output", "run-id", "name the run (its label value) instead of a new id; submit passes the one it chose", str(&o.RunID, "")},
+		{"output", "results-configmap", "also store the output, packed, in this NAMESPACE/NAME ConfigMap (the in-cluster runner's; retrieve reads it)", str(&o.ResultsConfigMap, "")},
 	}
 }
 
@@ -174,11 +189,41 @@ func ParseRun(args []string, stderr io.Writer) (*RunOptions, error) {
 	if !hasTestFlag(testArgs, "timeout") {
 		o.TestArgs = append(o.TestArgs, "-test.timeout="+(o.Timeout+BackstopGrace).String())
 	}
-	o.RunID = newRunID(time.Now())
+	if o.RunID == "" {
+		o.RunID = newRunID(time.Now())
+	}
 	return o, nil
 }
 
+// maxRunIDLength keeps every name built from a run id (a namespace per
+// scenario, the runner's Job) within Kubernetes' 63.
+const maxRunIDLength = 24
+
+// validateNames checks --run-id (a label value and a name suffix) and
+// --results-configmap before either becomes part of a name.
+func (o *RunOptions) validateNames() error {
+	if msgs := validation.IsDNS1123Label(o.RunID); o.RunID != "" && (len(msgs) > 0 || len(o.RunID) > maxRunIDLength) {
+		return fmt.Errorf("--run-id=%q: want lower-case letters, digits and '-', at most %d characters", o.RunID, maxRunIDLength)
+	}
+	if o.ResultsConfigMap == "" {
+		return nil
+	}
+	ns, name, err := runner.ParseConfigMapRef(o.ResultsConfigMap)
+	if err == nil {
+		if msgs := append(validation.IsDNS1123Label(ns), validation.IsDNS1123Subdomain(name)...); len(msgs) > 0 {
+			err = errors.New(strings.Join(msgs, "; "))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--results-configmap: %w", err)
+	}
+	return nil
+}
+
 func (o *RunOptions) validate(set map[string]bool) error {
+	if err := o.validateNames(); err != nil {
+		return err
+	}
 	switch o.Profile {
 	case "local", "kind", "cluster":
 	default:
@@ -262,6 +307,9 @@ func (o *RunOptions) validate(set map[string]bool) error {
 			return fmt.Errorf("--%s=%q: want an http:// or https:// URL", name, v)
 		}
 	}
+	if err := o.validatePrometheusFiles(); err != nil {
+		return err
+	}
 	for name, v := range map[string]string{"feature": o.Features, "skip-feature": o.SkipFeatures, "assess": o.Assess, "skip-assess": o.SkipAssess} {
 		if _, err := regexp.Compile(v); err != nil {
 			return fmt.Errorf("--%s: %w", name, err)
@@ -278,6 +326,32 @@ func (o *RunOptions) validate(set map[string]bool) error {
 			return err
 		}
 		o.PerfData = dir
+	}
+	return nil
+}
+
+// validatePrometheusFiles reads --prometheus-url's token and CA files now,
+// so a typo fails the run before it touches a cluster, not at the one
+// assessment that queries Prometheus. The token is not kept.
+func (o *RunOptions) validatePrometheusFiles() error {
+	for _, f := range []struct{ name, v string }{{"prometheus-bearer-token-file", o.PrometheusBearerTokenFile}, {"prometheus-ca-file", o.PrometheusCAFile}} {
+		if f.v != "" && o.PrometheusURL == "" {
+			return fmt.Errorf("--%s is for --prometheus-url, which is not given", f.name)
+		}
+	}
+	if o.PrometheusBearerTokenFile != "" {
+		if _, err := measure.ReadBearerToken(o.PrometheusBearerTokenFile); err != nil {
+			return fmt.Errorf("--prometheus-bearer-token-file: %w", err)
+		}
+	}
+	if o.PrometheusCAFile != "" {
+		// Only TLS reads it: given with http:// it would be ignored.
+		if u, err := url.Parse(o.PrometheusURL); err != nil || u.Scheme != "https" {
+			return fmt.Errorf("--prometheus-ca-file is for an https:// --prometheus-url, not %q", o.PrometheusURL)
+		}
+		if _, err := measure.LoadCAFile(o.PrometheusCAFile); err != nil {
+			return fmt.Errorf("--prometheus-ca-file: %w", err)
+		}
 	}
 	return nil
 }

@@ -3,7 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +111,8 @@ func TestMainDispatch(t *testing.T) {
 			t.Errorf("help lacks %q:\n%s", want, help)
 		}
 	}
-	// One screen, and none of Go's testing or klog flags.
-	if n := strings.Count(help, "\n"); n > 55 || strings.Contains(help, "test.") || strings.Contains(help, "v=") {
+	// A line a command and a flag (no more), and none of Go's testing or klog flags.
+	if n := strings.Count(help, "\n"); n > 64 || strings.Contains(help, "test.") || strings.Contains(help, "v=") {
 		t.Errorf("help is %d lines or lists foreign flags:\n%s", n, help)
 	}
 	if o, code := Main([]string{"frobnicate"}, &out, &errOut); o != nil || code != 2 {
@@ -207,5 +211,51 @@ func TestDisruptiveActions(t *testing.T) {
 	}
 	if acts := parse("--skip-assess=leader killed").DisruptiveActions(); len(acts) != 1 || acts[0].Feature != "inventory" {
 		t.Errorf("--skip-assess=leader killed: %+v, want only the XID cordon", acts)
+	}
+}
+
+// TestParseRunPrometheusFiles: --prometheus-url's token and CA files are
+// read at parse time, so a missing or malformed one stops the run before
+// it touches a cluster.
+func TestParseRunPrometheusFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, content []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srv := httptest.NewTLSServer(nil)
+	ca := write("ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	srv.Close()
+	token := write("token", []byte("s3cret\n"))
+	o, err := ParseRun([]string{"--prometheus-url=https://prometheus.monitoring:9090", "--prometheus-bearer-token-file=" + token, "--prometheus-ca-file=" + ca}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.PrometheusBearerTokenFile != token || o.PrometheusCAFile != ca {
+		t.Errorf("parsed token file %q, CA file %q", o.PrometheusBearerTokenFile, o.PrometheusCAFile)
+	}
+	url := "--prometheus-url=https://prometheus:9090"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prometheus-bearer-token-file=" + token}, "--prometheus-bearer-token-file is for --prometheus-url"},
+		{[]string{"--prometheus-ca-file=" + ca}, "--prometheus-ca-file is for --prometheus-url"},
+		{[]string{url, "--prometheus-bearer-token-file=" + filepath.Join(dir, "nope")}, "--prometheus-bearer-token-file: reading the bearer token file: open"},
+		{[]string{url, "--prometheus-bearer-token-file=" + write("empty", []byte("\n"))}, "is empty"},
+		{[]string{url, "--prometheus-ca-file=" + filepath.Join(dir, "nope.pem")}, "--prometheus-ca-file: reading the CA file: open"},
+		{[]string{url, "--prometheus-ca-file=" + token}, "--prometheus-ca-file: CA file " + token + " holds no PEM CERTIFICATE block"},
+		{[]string{"--prometheus-url=http://prometheus:9090", "--prometheus-ca-file=" + ca}, "--prometheus-ca-file is for an https://"},
+	} {
+		_, err := ParseRun(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%v: the error shows the token: %v", tc.args, err)
+		}
 	}
 }

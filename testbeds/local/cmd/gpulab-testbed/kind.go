@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gpulab/gpulab/testbeds/kind"
@@ -17,7 +18,7 @@ import (
 // kindCommands are the commands of the kind testbed (Docker hosts), with
 // their own flags.
 var kindCommands = map[string]bool{
-	"docker-up": true, "docker-down": true, "kind-build": true, "kind-image": true,
+	"docker-up": true, "docker-down": true, "kind-build": true, "kind-image": true, "images": true,
 	"kind-up": true, "kind-down": true, "kind-logs": true,
 }
 
@@ -28,6 +29,8 @@ kind testbed commands (need Docker; run as root to start dockerd or build the ba
   docker-down  stop the dockerd that docker-up started
   kind-build   build a kind node's programs from the Go module proxy (cached)
   kind-image   build the kind node image and its component images (cached)
+  images       build the gpulab-conformance image (the in-cluster runner), tagged
+               dev and with VERSION
   kind-up      create a kind cluster from that image and install Volcano and gpulab
                (--name, --workers, --profile, --cluster-only, --reuse); a cluster of
                that name is never deleted
@@ -85,6 +88,20 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 			return err
 		}
 		fmt.Printf("node image %s (built: %t, %s)\n", res.Ref, res.Built, time.Since(start).Round(time.Second))
+		return nil
+	case "images":
+		root, err := binaries.ModuleRoot()
+		if err != nil {
+			return err
+		}
+		if _, err := dockerhost.Ensure(ctx, dockerhost.Options{StateDir: stateDir, RepoRoot: root, Log: os.Stdout}); err != nil {
+			return err
+		}
+		refs, err := kind.BuildConformanceImage(ctx, cacheDir, root, os.Stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("built %s\n", strings.Join(refs, ", "))
 		return nil
 	case "docker-up":
 		root, err := binaries.ModuleRoot()

@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/conformance/profile"
+	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/internal/version"
+	"github.com/gpulab/gpulab/testbeds/local"
+)
+
+// DefaultRunnerImage is the suite's image at this build's version, as the
+// release workflow publishes it.
+func DefaultRunnerImage() string {
+	v := version.Get().Version
+	if v == "" || v == "dev" {
+		v = "latest"
+	}
+	return "ghcr.io/gpulab/gpulab-conformance:" + strings.TrimPrefix(v, "v")
+}
+
+// submitFlags are submit's own flags; every other one is a run flag.
+type submitFlags struct {
+	image, namespace, pullPolicy string
+	follow                       bool
+}
+
+// splitSubmitArgs takes submit's own flags (--runner-image,
+// --runner-namespace, --runner-pull-policy, --follow) out of args, in the
+// --name=value or --name value forms.
+func splitSubmitArgs(args []string) (submitFlags, []string, error) {
+	sf := submitFlags{image: DefaultRunnerImage(), namespace: runner.DefaultNamespace, pullPolicy: string(corev1.PullIfNotPresent), follow: true}
+	values := map[string]*string{"runner-image": &sf.image, "runner-namespace": &sf.namespace, "runner-pull-policy": &sf.pullPolicy}
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if !strings.HasPrefix(args[i], "-") {
+			rest = append(rest, args[i])
+			continue
+		}
+		if name == "follow" {
+			sf.follow = !hasValue || value == "true"
+			if hasValue && value != "true" && value != "false" {
+				return sf, nil, fmt.Errorf("--follow=%q: want true or false", value)
+			}
+			continue
+		}
+		p, ok := values[name]
+		if !ok {
+			rest = append(rest, args[i])
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return sf, nil, fmt.Errorf("--%s needs a value", name)
+			}
+			i++
+			value = args[i]
+		}
+		*p = value
+	}
+	switch corev1.PullPolicy(sf.pullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return sf, nil, fmt.Errorf("--runner-pull-policy=%q: want Always, IfNotPresent or Never", sf.pullPolicy)
+	}
+	if sf.image == "" || sf.namespace == "" {
+		return sf, nil, fmt.Errorf("--runner-image and --runner-namespace may not be empty")
+	}
+	return sf, rest, nil
+}
+
+// podArgs are the run flags the runner pod gets: all that were given but
+// those that name the submitter's side (its kubeconfig and context) or that
+// the runner sets itself. Each of these takes a value.
+func podArgs(args []string) []string {
+	drop := map[string]bool{"kubeconfig": true, "context": true, "profile": true, "out": true, "run-id": true, "results-configmap": true}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if strings.HasPrefix(args[i], "-") && drop[name] {
+			if !hasValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+const submitUsage = `usage: gpulab-conformance submit [--runner-image IMAGE] [--runner-namespace NS] [--runner-pull-policy POLICY] [--follow=false] [run flags]
+  --runner-image         the gpulab-conformance image the runner Job runs (default ghcr.io/gpulab/gpulab-conformance:<this version>)
+  --runner-namespace     the runner's namespace, created with the shipped RBAC where missing (default gpulab-conformance)
+  --runner-pull-policy   Always, IfNotPresent (default) or Never
+  --follow               follow the run's log and exit with its exit code (default true); false returns once submitted
+The run flags are run's (gpulab-conformance run -h): --profile is cluster, and --kubeconfig and --context
+are the submitter's own; the runner pod talks to its cluster as the gpulab-conformance ServiceAccount.
+`
+
+// submitCommand runs the suite in the cluster: the shipped RBAC where it is
+// missing, then a Job running `run` with the given flags, whose log it
+// follows. Its exit code is the run's, as `run` would have returned.
+func submitCommand(args []string, stdout, stderr io.Writer) int {
+	sf, rest, err := splitSubmitArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance submit: %v\n", err)
+		return results.ExitUsage
+	}
+	o, err := ParseRun(append([]string{"--profile=cluster"}, rest...), stderr)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, submitUsage)
+		return results.ExitPassed
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance submit: %v\n(gpulab-conformance -h lists the run flags)\n", err)
+		return results.ExitUsage
+	}
+	if o.Profile != "cluster" {
+		fmt.Fprintf(stderr, "gpulab-conformance submit: --profile=%s: in a cluster the suite runs --profile=cluster\n", o.Profile)
+		return results.ExitUsage
+	}
+	c, cs, where, code := clients(o.Kubeconfig, o.Context, stderr)
+	if c == nil {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ro := runner.Options{Namespace: sf.namespace, Image: sf.image, PullPolicy: corev1.PullPolicy(sf.pullPolicy), RunID: o.RunID, Args: podArgs(rest)}
+	created, err := runner.Submit(ctx, c, ro)
+	for _, s := range created {
+		fmt.Fprintf(stdout, "created %s\n", s)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance submit: %v\n", err)
+		return results.ExitFailed
+	}
+	fmt.Fprintf(stdout, "run %s submitted to %s: Job %s/%s, image %s\n"+
+		"  gpulab-conformance status --run-id %[1]s\n  gpulab-conformance retrieve --run-id %[1]s --to DIR\n  gpulab-conformance cleanup --run-id %[1]s\n",
+		o.RunID, where, sf.namespace, runner.JobName(o.RunID), sf.image)
+	if !sf.follow {
+		return results.ExitPassed
+	}
+	st, err := runner.Follow(ctx, c, cs, sf.namespace, o.RunID, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance submit: %v\n", err)
+		return results.ExitFailed
+	}
+	return finished(st, stdout, stderr)
+}
+
+// finished reports a run's end and returns its exit code.
+func finished(st runner.State, stdout, stderr io.Writer) int {
+	if st.Phase != "Finished" {
+		fmt.Fprintf(stderr, "gpulab-conformance: the runner pod %s has not finished (%s %s)\n", st.Pod, st.Phase, st.Reason)
+		return results.ExitFailed
+	}
+	fmt.Fprintf(stdout, "run finished: %s, exit %d\n", orNone(st.Verdict), st.ExitCode)
+	if st.Verdict == "" {
+		fmt.Fprintln(stderr, "gpulab-conformance: the run stored no results (see its log above)")
+		return results.ExitFailed
+	}
+	return int(st.ExitCode)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no verdict"
+	}
+	return s
+}
+
+// statusCommand prints a submitted run's phase and verdict.
+func statusCommand(args []string, stdout, stderr io.Writer) int {
+	const usage = "gpulab-conformance status --run-id ID [--runner-namespace NS] [--kubeconfig FILE] [--context NAME]"
+	fs, runID, ns, kubeconfig, kubeContext := runnerCommandFlags("status", usage, stderr)
+	if code, ok := parseRunnerCommand(fs, args, runID, usage, stderr); !ok {
+		return code
+	}
+	c, _, _, code := clients(*kubeconfig, *kubeContext, stderr)
+	if c == nil {
+		return code
+	}
+	st, err := runner.Status(context.Background(), c, *ns, *runID)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance status: %v\n", err)
+		return results.ExitFailed
+	}
+	fmt.Fprintf(stdout, "run %s: %s", *runID, st.Phase)
+	if st.Phase == "Finished" {
+		fmt.Fprintf(stdout, ", exit %d", st.ExitCode)
+	}
+	fmt.Fprintf(stdout, ", verdict %s, pod %s", orNone(st.Verdict), orNone(st.Pod))
+	if st.Reason != "" {
+		fmt.Fprintf(stdout, " (%s)", st.Reason)
+	}
+	fmt.Fprintln(stdout)
+	return results.ExitPassed
+}
+
+// retrieveCommand unpacks a run's stored results into a folder.
+func retrieveCommand(args []string, stdout, stderr io.Writer) int {
+	const usage = "gpulab-conformance retrieve --run-id ID --to DIR [--runner-namespace NS] [--kubeconfig FILE] [--context NAME]"
+	fs, runID, ns, kubeconfig, kubeContext := runnerCommandFlags("retrieve", usage, stderr)
+	to := fs.String("to", "", "folder to write results.json, junit.xml, report.html, PRODUCT.yaml and the logs into")
+	if code, ok := parseRunnerCommand(fs, args, runID, usage, stderr); !ok {
+		return code
+	}
+	if *to == "" {
+		fmt.Fprintf(stderr, "usage: %s\n", usage)
+		return results.ExitUsage
+	}
+	c, _, _, code := clients(*kubeconfig, *kubeContext, stderr)
+	if c == nil {
+		return code
+	}
+	files, err := runner.Retrieve(context.Background(), c, *ns, *runID, *to)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance retrieve: %v\n", err)
+		return results.ExitFailed
+	}
+	fmt.Fprintf(stdout, "run %s: %d files in %s\n", *runID, len(files), *to)
+	return results.ExitPassed
+}
+
+func runnerCommandFlags(name, usage string, stderr io.Writer) (fs *flag.FlagSet, runID, ns, kubeconfig, kubeContext *string) {
+	fs = newCommandFlags(name, stderr, usage)
+	runID = fs.String("run-id", "", "the submitted run (submit prints it)")
+	ns = fs.String("runner-namespace", runner.DefaultNamespace, "the runner's namespace, as given to submit")
+	kubeconfig = fs.String("kubeconfig", "", "kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)")
+	kubeContext = fs.String("context", "", "kubeconfig context (default its current context)")
+	return fs, runID, ns, kubeconfig, kubeContext
+}
+
+func parseRunnerCommand(fs *flag.FlagSet, args []string, runID *string, usage string, stderr io.Writer) (int, bool) {
+	if code, ok := parseCommandFlags(fs, args); !ok {
+		return code, false
+	}
+	if *runID == "" || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "usage: %s\n", usage)
+		return results.ExitUsage, false
+	}
+	return 0, true
+}
+
+// clients are a controller-runtime client and a clientset (for logs) from
+// a kubeconfig; nil and the exit code when it cannot be read.
+func clients(kubeconfig, kubeContext string, stderr io.Writer) (client.Client, kubernetes.Interface, string, int) {
+	cfg, name, err := profile.LoadConfig(kubeconfig, kubeContext)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance: %v\n", err)
+		return nil, nil, "", results.ExitUsage
+	}
+	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance: %v\n", err)
+		return nil, nil, "", results.ExitFailed
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpulab-conformance: %v\n", err)
+		return nil, nil, "", results.ExitFailed
+	}
+	return c, cs, fmt.Sprintf("%s (%s)", name, cfg.Host), 0
+}

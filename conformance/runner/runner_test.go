@@ -1,0 +1,200 @@
+package runner_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/conformance/rbac"
+	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/testbeds/envtest"
+)
+
+// The runner's own objects must never carry the run's label: the run
+// deletes everything with it at its end, its own pod included.
+func TestRunnerPodIsNotTheRunsToDelete(t *testing.T) {
+	job := runner.Job(runner.Options{Image: "gpulab-conformance:dev", RunID: "r1", Args: []string{"--max-gpus=8"}})
+	for _, l := range []map[string]string{job.Labels, job.Spec.Template.Labels} {
+		if _, ok := l[cleanup.RunIDLabel]; ok {
+			t.Errorf("runner labels %v carry %s", l, cleanup.RunIDLabel)
+		}
+		if l[runner.RunnerLabel] != "r1" {
+			t.Errorf("runner labels %v lack %s=r1", l, runner.RunnerLabel)
+		}
+	}
+	spec := job.Spec.Template.Spec
+	args := spec.Containers[0].Args
+	for _, want := range []string{"run", "--profile=cluster", "--run-id=r1", "--results-configmap=gpulab-conformance/gpulab-conformance-results-r1", "--max-gpus=8"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	if *job.Spec.BackoffLimit != 0 || spec.RestartPolicy != corev1.RestartPolicyNever || spec.ServiceAccountName != rbac.Name {
+		t.Errorf("the Job may retry or runs as another account: %+v", job.Spec)
+	}
+	sc := spec.Containers[0].SecurityContext
+	if !*spec.SecurityContext.RunAsNonRoot || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("not restricted: %+v %+v", spec.SecurityContext, sc)
+	}
+}
+
+func TestSubmitStoreRetrieveCleanup(t *testing.T) {
+	env := envtest.StartForTest(t, envtest.Options{})
+	c := env.Client
+	ctx := context.Background()
+	const ns = runner.DefaultNamespace
+
+	// A reviewed install of the ClusterRole is there first: used, never
+	// changed or deleted.
+	theirs := rbac.ClusterRole()
+	if err := c.Create(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	created, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 5 {
+		t.Errorf("Submit created %v: want the namespace, ServiceAccount, binding, Role and RoleBinding, not the existing ClusterRole", created)
+	}
+	if _, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(unwrapAll(err)) {
+		t.Errorf("submitting run r1 twice: %v, want AlreadyExists", err)
+	}
+	if created, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r2"}); err != nil || len(created) != 0 {
+		t.Errorf("a second run: created %v, %v; want the shared objects reused", created, err)
+	}
+
+	// Before anything is stored: a Pending run without a verdict.
+	st, err := runner.Status(ctx, c, ns, "r1")
+	if err != nil || st.Phase != "Pending" || st.Verdict != "" {
+		t.Errorf("Status before the pod: %+v, %v", st, err)
+	}
+	// The pod ran and exited 3 (PARTIAL): envtest runs no Job controller
+	// and no kubelet, so the test creates the Job's pod and writes what a
+	// kubelet would. The namespace enforces restricted Pod Security, which
+	// the Job's pod passes.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1-pod", Labels: map[string]string{runner.RunnerLabel: "r1"}},
+		Spec: runner.Job(runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}).Spec.Template.Spec}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "conformance", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}}}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+
+	out := t.TempDir()
+	for name, content := range map[string]string{"results.json": `{"verdict":"PARTIAL"}`, "junit.xml": "<x/>", "logs/operator.log": "log"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(out, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := runner.Store(ctx, c, ns, runner.ConfigMapName("r1"), "r1", "PARTIAL", out); err != nil {
+		t.Fatal(err)
+	}
+	st, err = runner.Status(ctx, c, ns, "r1")
+	if err != nil || st.Phase != "Finished" || st.ExitCode != 3 || st.Verdict != "PARTIAL" || st.Pod != "r1-pod" {
+		t.Errorf("Status after the run: %+v, %v", st, err)
+	}
+	back := t.TempDir()
+	files, err := runner.Retrieve(ctx, c, ns, "r1", back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	if want := []string{"junit.xml", filepath.Join("logs", "operator.log"), "results.json"}; !slices.Equal(files, want) {
+		t.Errorf("retrieved %v, want %v", files, want)
+	}
+	if data, _ := os.ReadFile(filepath.Join(back, "results.json")); string(data) != `{"verdict":"PARTIAL"}` {
+		t.Errorf("results.json retrieved as %q", data)
+	}
+
+	// A stored name that would leave the folder is refused.
+	evil := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: runner.ConfigMapName("evil")},
+		BinaryData: map[string][]byte{runner.ResultsKey: tarGz(t, "../escape", "x")}}
+	if err := c.Create(ctx, evil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runner.Retrieve(ctx, c, ns, "evil", t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a file inside") {
+		t.Errorf("Retrieve of ../escape: %v", err)
+	}
+
+	// Cleaning up r1 keeps what r2 still uses; cleaning up r2 removes what
+	// Submit created, and leaves the ClusterRole it found.
+	deleted, err := runner.Cleanup(ctx, c, ns, "r1")
+	if err != nil || len(deleted) != 2 {
+		t.Errorf("Cleanup r1 deleted %v, %v; want its Job and ConfigMap only", deleted, err)
+	}
+	deleted, err = runner.Cleanup(ctx, c, ns, "r2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Job " + ns + "/" + runner.JobName("r2"), "ClusterRoleBinding " + rbac.Name, "Namespace " + ns} {
+		if !slices.Contains(deleted, want) {
+			t.Errorf("Cleanup r2 deleted %v, want %s among them", deleted, want)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), &rbacv1.ClusterRole{}); err != nil {
+		t.Errorf("the ClusterRole Submit found was deleted: %v", err)
+	}
+	var jobs batchv1.JobList
+	if err := c.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		if j.DeletionTimestamp == nil {
+			t.Errorf("Job %s left", j.Name)
+		}
+	}
+}
+
+func tarGz(t *testing.T, name, content string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func unwrapAll(err error) error {
+	for err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+	return nil
+}
