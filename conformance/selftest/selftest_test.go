@@ -17,7 +17,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -420,25 +419,26 @@ func TestInvalidGPUClustersAreTheRuns(t *testing.T) {
 	}
 }
 
-// TestTimeoutCutsAWindowShort: a gang too big to fit, which reports
-// Unschedulable (set here, as gpulab's operator would) and binds nothing,
-// watched for a --wait-window the --timeout cuts short. What the window
-// saw before the deadline proves nothing: the assessment is skipped as
-// stopped, never passed.
+// TestTimeoutCutsAWindowShort: a gang too big to fit the free room
+// (the test binds the assessment's filler pod, as a scheduler would, and
+// nothing else), watched for a --wait-window the --timeout cuts short.
+// What the window saw before the deadline proves nothing: the assessment
+// is skipped as stopped, never passed.
 func TestTimeoutCutsAWindowShort(t *testing.T) {
 	if api == nil {
 		t.Skip("needs a real kube-apiserver; skipped with -short")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	marked := make(chan error, 1)
-	go func() { marked <- markUnschedulable(ctx, api.Client, "too-big") }()
-	r := runFeature(t, kubeconfig, "gang", "--assess=^a gang one GPU larger", "--wait-window=10m", "--timeout=25s")
+	bound := make(chan error, 1)
+	go func() { bound <- bindFiller(ctx, api.Client) }()
+	const assessment = "a gang that fits the pool but is one GPU larger"
+	r := runFeature(t, kubeconfig, "gang", "--assess=^"+assessment, "--wait-window=10m", "--timeout=25s")
 	cancel()
-	if err := <-marked; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatalf("marking the gang Unschedulable: %v", err)
+	if err := <-bound; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("binding the filler pod: %v", err)
 	}
-	if a := r.assessment(t, "gang", "a gang one GPU larger"); a.Status != results.StatusSkipped || !strings.Contains(a.Reason, "--timeout=25s") {
+	if a := r.assessment(t, "gang", assessment); a.Status != results.StatusSkipped || !strings.Contains(a.Reason, "--timeout=25s") {
 		t.Errorf("the window cut short: %s (%s), want skipped naming the timeout", a.Status, a.Reason)
 	}
 	if r.code != results.ExitFailed {
@@ -446,26 +446,33 @@ func TestTimeoutCutsAWindowShort(t *testing.T) {
 	}
 }
 
-// markUnschedulable sets Schedulable=False on the run's GPUCluster named
-// name once it exists, as gpulab's operator reports a gang that cannot fit.
-func markUnschedulable(ctx context.Context, c client.Client, name string) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var gcs gpulabv1alpha1.GPUClusterList
-		if err := c.List(ctx, &gcs, cleanup.Selector("", true)); err != nil {
+// bindFiller plays kube-scheduler, the namespace controller and the
+// kubelet for the run's filler pod, which envtest lacks: it binds the pod
+// to the node its affinity names, and once the run deletes it or its
+// namespace, removes it as they would.
+func bindFiller(ctx context.Context, c client.Client) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, cleanup.Selector("", true)); err != nil {
 			return false, nil
 		}
-		for i := range gcs.Items {
-			gc := &gcs.Items[i]
-			if gc.Name != name || gc.DeletionTimestamp != nil {
-				continue
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			switch {
+			case p.Name != "filler" || p.Spec.Affinity == nil || p.Spec.Affinity.NodeAffinity == nil:
+			case p.DeletionTimestamp != nil || namespaceTerminating(ctx, c, p.Namespace):
+				return true, c.Delete(ctx, p, client.GracePeriodSeconds(0))
+			case p.Spec.NodeName == "":
+				node := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0]
+				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+				_ = c.SubResource("binding").Create(ctx, p, b)
 			}
-			meta.SetStatusCondition(&gc.Status.Conditions, metav1.Condition{Type: gpulabv1alpha1.ConditionSchedulable,
-				Status: metav1.ConditionFalse, Reason: "InsufficientCapacity", Message: "set by the selftest"})
-			if err := c.Status().Update(ctx, gc); err != nil {
-				return false, nil
-			}
-			return true, nil
 		}
 		return false, nil
 	})
+}
+
+func namespaceTerminating(ctx context.Context, c client.Client, name string) bool {
+	var ns corev1.Namespace
+	return c.Get(ctx, client.ObjectKey{Name: name}, &ns) == nil && ns.DeletionTimestamp != nil
 }
