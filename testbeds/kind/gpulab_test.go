@@ -30,7 +30,8 @@ const gpuResource corev1.ResourceName = "nvidia.com/gpu"
 // each get 4 distinct UUIDs of that node's inventory in
 // NVIDIA_VISIBLE_DEVICES and never share one, and a third pod that asks for
 // one more stays unschedulable. It also deletes the leader of the
-// operator's two replicas and times the failover.
+// operator's two replicas and times the failover, then runs the suite in
+// the cluster with gpulab-conformance submit (suiteRunsInCluster).
 func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 	opts := kindTestOptions(t)
 	opts.Name = "gpulab-test-gpu"
@@ -196,6 +197,26 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+
+	// The GPUs free again, the suite runs in the cluster.
+	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probe pods still there 2m after their namespace was deleted", len(pods.Items))
+		}
+		time.Sleep(time.Second)
+	}
+	suiteRunsInCluster(ctx, t, c, cs)
 }
 
 // operatorFailsOver deletes the leader pod of the operator's 2 replicas and
