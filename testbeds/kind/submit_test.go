@@ -2,6 +2,7 @@ package kind
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,7 +47,8 @@ func suiteRunsInCluster(ctx context.Context, t *testing.T, c *Cluster, cs kubern
 		cmd := exec.CommandContext(ctx, suite, append(args, "--kubeconfig="+c.Kubeconfig())...)
 		out, err := cmd.CombinedOutput()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			code = ee.ExitCode()
 		} else if err != nil {
 			t.Fatalf("gpulab-conformance %v: %v", args, err)
