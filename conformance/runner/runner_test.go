@@ -71,7 +71,7 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 5 {
 		t.Errorf("Submit created %v: want the namespace, ServiceAccount, binding, Role and RoleBinding, not the existing ClusterRole", created)
 	}
-	if _, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(unwrapAll(err)) {
+	if _, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("submitting run r1 twice: %v, want AlreadyExists", err)
 	}
 	if created, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r2"}); err != nil || len(created) != 0 {
@@ -183,18 +183,4 @@ func tarGz(t *testing.T, name, content string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-func unwrapAll(err error) error {
-	for err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return err
-		}
-		err = u.Unwrap()
-	}
-	return nil
 }
