@@ -280,13 +280,6 @@ func freeCapacity(ctx context.Context, c client.Client) (free, wholeNodes int, e
 	return r.Free, r.Whole, nil
 }
 
-// createPod creates a pod the assessment owns in the scenario's namespace,
-// labelled as the run's and kept to the pool (its image as given).
-func (s *scenario) createPod(ctx context.Context, pod *corev1.Pod) error {
-	placePod(&pod.Spec, "")
-	return s.add(ctx, pod)
-}
-
 // createJob creates a GPUJob whose submitter stays in the footprint (its
 // cluster template comes from gpuCluster) and runs --submitter-image.
 func (s *scenario) createJob(ctx context.Context, j *gpulabv1alpha1.GPUJob) error {

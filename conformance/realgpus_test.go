@@ -3,20 +3,18 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/probe"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/gfd"
 )
@@ -25,14 +23,13 @@ import (
 // included.
 const probeTimeout = 5 * time.Minute
 
-// probeDone is the line a holding probe prints after nvidia-smi's output.
-const probeDone = "gpulab-probe-done"
-
 // TestAcceleratorAccess, only with --real-gpus: nvidia-smi in a pod holding
 // all of a node's GPUs sees the node's GPUInventory (gpulab's own check); a
-// pod requesting fewer GPUs sees exactly those, and two pods sharing a node
-// never see the same GPU (secure accelerator access). Pods are pinned by
-// spec.nodeName, one node at a time.
+// pod requesting fewer GPUs sees exactly those, two pods sharing a node
+// never see the same GPU, and a pod requesting none sees none (secure
+// accelerator access). Probes go through the scheduler to nodes whose GPUs
+// are all free (package probe), one node at a time; a node a tenant holds
+// GPUs on is skipped, saying so.
 func TestAcceleratorAccess(t *testing.T) {
 	if !opts.RealGPUs {
 		return
@@ -41,26 +38,27 @@ func TestAcceleratorAccess(t *testing.T) {
 	f := newPlan(name).
 		assess(results.RequirementNone, "a pod holding all of a node's GPUs sees each with the inventory's UUID, product and memory", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
-			nodes, err := gpuNodes(ctx, s.c)
-			if err != nil {
-				fatalf(t, "listing nodes: %v", err)
-			}
-			if len(nodes) == 0 {
-				fatalf(t, "no node advertises %s", gfd.GPUResource)
-			}
-			for _, n := range nodes {
+			probed := 0
+			for _, n := range freeNodes(ctx, t, s) {
 				inv, err := nodeInventory(ctx, s, n)
 				if err != nil {
 					failf(t, "%v", err)
 					continue
 				}
-				seen, ok := runProbes(ctx, t, s, n, "all", gpusOf(n))
+				seen, unplaced, ok := runProbes(ctx, t, s, n, "all", gpusOf(n))
+				if unplaced != "" {
+					t.Logf("%s: skipped", unplaced)
+				}
 				if !ok {
 					continue
 				}
+				probed++
 				for _, m := range measure.CompareWithInventory(seen[0], allocatable(t, n, inv.Status)) {
 					failf(t, "node %s: %s", n.Name, m)
 				}
+			}
+			if probed == 0 && !t.Failed() {
+				skipf(t, "no pool node could be probed: each was taken by other pods meanwhile")
 			}
 			return ctx
 		}).
@@ -72,9 +70,10 @@ func TestAcceleratorAccess(t *testing.T) {
 				requests = append(requests, 2)
 			}
 			for _, k := range requests {
-				seen, ok := runProbes(ctx, t, s, n, fmt.Sprintf("%dof%d", k, gpusOf(n)), k)
+				seen, unplaced, ok := runProbes(ctx, t, s, n, fmt.Sprintf("%dof%d", k, gpusOf(n)), k)
+				skipIf(t, unplaced)
 				if !ok {
-					continue
+					return ctx
 				}
 				for _, m := range measure.CheckSubset(seen[0], int(k), inv.Status) {
 					failf(t, "node %s, a pod requesting %d of its %d GPUs: %s", n.Name, k, gpusOf(n), m)
@@ -86,7 +85,8 @@ func TestAcceleratorAccess(t *testing.T) {
 			s := newScenario(ctx, t, name)
 			n, inv := sharedNode(ctx, t, s)
 			half := gpusOf(n) / 2
-			seen, ok := runProbes(ctx, t, s, n, "half", half, half)
+			seen, unplaced, ok := runProbes(ctx, t, s, n, "half", half, half)
+			skipIf(t, unplaced)
 			if !ok {
 				return ctx
 			}
@@ -99,8 +99,72 @@ func TestAcceleratorAccess(t *testing.T) {
 				failf(t, "node %s, two pods requesting %d GPUs each: %s", n.Name, half, m)
 			}
 			return ctx
+		}).
+		assess(results.RequirementSecureAcceleratorAccess, "a pod requesting no GPU sees none", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			s := newScenario(ctx, t, name)
+			n := freeNodes(ctx, t, s)[0]
+			logs, unplaced, ok := runPods(ctx, t, s, probe.Spec{Name: probe.Name("none", n.Name), Node: n.Name, Image: opts.ProbeImage, RuntimeClass: opts.RuntimeClass})
+			skipIf(t, unplaced)
+			if !ok {
+				return ctx
+			}
+			visible, gpus, err := probe.NoGPUSeen(logs[0])
+			switch {
+			case err != nil:
+				failf(t, "node %s: %v", n.Name, err)
+			case len(gpus) > 0 && visible == "all":
+				// The classic leak: the image's NVIDIA_VISIBLE_DEVICES=all
+				// is honoured for a pod the kubelet gave no GPU.
+				failf(t, "node %s: a pod with no GPU request sees %d GPUs through NVIDIA_VISIBLE_DEVICES=all (its image's default): %v", n.Name, len(gpus), gpus)
+			case len(gpus) > 0:
+				failf(t, "node %s: a pod with no GPU request sees %d GPUs (NVIDIA_VISIBLE_DEVICES=%s): %v", n.Name, len(gpus), visible, gpus)
+			default:
+				t.Logf("node %s: no GPU seen (NVIDIA_VISIBLE_DEVICES=%s in the container)", n.Name, visible)
+			}
+			return ctx
 		}).feature()
 	testenv.Test(t, f)
+}
+
+// skipIf skips t for why, when there is one.
+func skipIf(t *testing.T, why string) {
+	t.Helper()
+	if why != "" {
+		skipf(t, "%s", why)
+	}
+}
+
+// freeNodes are the pool's GPU nodes with every GPU free now; the others
+// are logged as skipped.
+func freeNodes(ctx context.Context, t *testing.T, s *scenario) []corev1.Node {
+	t.Helper()
+	nodes, err := gpuNodes(ctx, s.c)
+	if err != nil {
+		fatalf(t, "listing nodes: %v", err)
+	}
+	if len(nodes) == 0 {
+		fatalf(t, "no node advertises %s", gfd.GPUResource)
+	}
+	rooms, err := nodeRooms(ctx, s.c)
+	if err != nil {
+		fatalf(t, "reading capacity: %v", err)
+	}
+	free := map[string]int{}
+	for _, r := range rooms {
+		free[r.Name] = r.Free
+	}
+	var out []corev1.Node
+	for _, n := range nodes {
+		if int64(free[n.Name]) == gpusOf(n) {
+			out = append(out, n)
+			continue
+		}
+		t.Logf("node %s skipped: %d of its %d GPUs are held by other pods", n.Name, gpusOf(n)-int64(free[n.Name]), gpusOf(n))
+	}
+	if len(out) == 0 {
+		skipf(t, "none of the %d pool nodes has all its GPUs free", len(nodes))
+	}
+	return out
 }
 
 func gpusOf(n corev1.Node) int64 {
@@ -137,15 +201,12 @@ func allocatable(t *testing.T, n corev1.Node, st gpulabv1alpha1.GPUInventoryStat
 	return healthy
 }
 
-// sharedNode is the GPU node with the most GPUs (the first by name among
-// equals), to share between pods, and its inventory; it skips t if no node
-// has 2 GPUs to share.
+// sharedNode is the free GPU node with the most GPUs (the first by name
+// among equals), to share between pods, and its inventory; it skips t if no
+// free node has 2 GPUs to share.
 func sharedNode(ctx context.Context, t *testing.T, s *scenario) (corev1.Node, *gpulabv1alpha1.GPUInventory) {
 	t.Helper()
-	nodes, err := gpuNodes(ctx, s.c)
-	if err != nil {
-		fatalf(t, "listing nodes: %v", err)
-	}
+	nodes := freeNodes(ctx, t, s)
 	var best corev1.Node
 	for _, n := range nodes {
 		if gpusOf(n) > gpusOf(best) || (gpusOf(n) == gpusOf(best) && best.Name != "" && n.Name < best.Name) {
@@ -162,37 +223,69 @@ func sharedNode(ctx context.Context, t *testing.T, s *scenario) (corev1.Node, *g
 	return best, inv
 }
 
-// runProbes runs measure.NvidiaSMIQuery in pods pinned to node, one for
+// runProbes runs measure.NvidiaSMIQuery in probe pods on node, one for
 // each request (of that many GPUs), all created at once, and returns what
 // each saw. It fails t and returns false if a pod did not run or its output
-// does not parse, and deletes the pods before it returns.
+// does not parse.
 //
 // A lone pod runs nvidia-smi to completion. Several pods each hold their
 // GPUs after nvidia-smi (sleeping) until all are seen running at once: a
 // pod that had finished would have given its GPUs back, and the next could
 // rightly be given the same.
-func runProbes(ctx context.Context, t *testing.T, s *scenario, node corev1.Node, kind string, requests ...int64) ([][]measure.SMIGPU, bool) {
+func runProbes(ctx context.Context, t *testing.T, s *scenario, node corev1.Node, kind string, requests ...int64) ([][]measure.SMIGPU, string, bool) {
+	t.Helper()
+	hold := len(requests) > 1
+	var specs []probe.Spec
+	for i, gpus := range requests {
+		name := kind
+		if hold {
+			name = fmt.Sprintf("%s-%d", kind, i)
+		}
+		spec := probe.Spec{Name: probe.Name(name, node.Name), Node: node.Name, GPUs: gpus, Image: opts.ProbeImage, RuntimeClass: opts.RuntimeClass}
+		if hold {
+			spec.Hold = 2 * probeTimeout
+		}
+		specs = append(specs, spec)
+	}
+	logs, unplaced, ok := runPods(ctx, t, s, specs...)
+	if !ok {
+		return nil, unplaced, false
+	}
+	var seen [][]measure.SMIGPU
+	for i, log := range logs {
+		out, _, _ := strings.Cut(log, probe.Done)
+		gpus, err := measure.ParseNvidiaSMICSV(strings.NewReader(out))
+		if err != nil {
+			failf(t, "probe pod %s on %s: reading nvidia-smi: %v", specs[i].Name, node.Name, err)
+			return nil, "", false
+		}
+		seen = append(seen, gpus)
+	}
+	return seen, "", true
+}
+
+// runPods runs probe pods at once and returns their logs once each is done
+// (exited 0, or holding and past its query). A pod the scheduler cannot
+// place (another tenant took the node's GPUs meanwhile) is not a failure:
+// it returns why instead, for the caller to skip that node. A pod that
+// failed fails t. The pods are deleted before it returns.
+func runPods(ctx context.Context, t *testing.T, s *scenario, specs ...probe.Spec) ([]string, string, bool) {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
 		fatalf(t, "%v", err)
 	}
-	hold := len(requests) > 1
 	var pods []*corev1.Pod
 	defer func() {
 		for _, p := range pods {
 			_ = s.c.Delete(context.WithoutCancel(ctx), p, client.GracePeriodSeconds(0))
 		}
 	}()
-	for i, gpus := range requests {
-		name := kind
-		if hold {
-			name = fmt.Sprintf("%s-%d", kind, i)
-		}
-		p := probePod(probeName(name, node.Name), node.Name, gpus, hold)
-		if err := s.createPod(ctx, p); err != nil {
-			failf(t, "creating probe pod %s on %s: %v", p.Name, node.Name, err)
-			return nil, false
+	for _, spec := range specs {
+		p := probe.Pod(spec)
+		if err := s.add(ctx, p); err != nil {
+			failf(t, "creating probe pod %s on %s: %v", p.Name, spec.Node, err)
+			return nil, "", false
 		}
 		pods = append(pods, p)
 	}
@@ -205,97 +298,57 @@ func runProbes(ctx context.Context, t *testing.T, s *scenario, node corev1.Node,
 		}
 		return string(b)
 	}
+	done := func(i int) bool {
+		p := pods[i]
+		if specs[i].Hold == 0 {
+			return p.Status.Phase == corev1.PodSucceeded
+		}
+		if p.Status.Phase == corev1.PodRunning && !strings.Contains(logs[i], probe.Done) {
+			logs[i] = readLogs(p)
+		}
+		return p.Status.Phase == corev1.PodRunning && strings.Contains(logs[i], probe.Done)
+	}
+	unplaced := ""
 	// The wait ends when every pod is done, or as soon as one can no
 	// longer be.
 	err = waitFor(ctx, probeTimeout, func() (bool, string) {
 		var states []string
-		done := 0
+		n := 0
 		for i, p := range pods {
 			if err := s.c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 				return false, err.Error()
 			}
-			switch {
-			case p.Status.Phase == corev1.PodFailed, hold && p.Status.Phase == corev1.PodSucceeded:
+			if why := probe.Unplaceable(p); why != "" {
+				unplaced = p.Name + ": " + why
 				return true, ""
-			case !hold && p.Status.Phase == corev1.PodSucceeded:
-				done++
-			case hold && p.Status.Phase == corev1.PodRunning:
-				if !strings.Contains(logs[i], probeDone) {
-					logs[i] = readLogs(p)
-				}
-				if strings.Contains(logs[i], probeDone) {
-					done++
-				}
+			}
+			if p.Status.Phase == corev1.PodFailed || specs[i].Hold > 0 && p.Status.Phase == corev1.PodSucceeded {
+				return true, ""
+			}
+			if done(i) {
+				n++
 			}
 			states = append(states, p.Name+": "+podState(p))
 		}
-		return done == len(pods), strings.Join(states, "; ")
+		return n == len(pods), strings.Join(states, "; ")
 	})
-	if err != nil {
-		failf(t, "probe pods on %s did not run nvidia-smi: %v", node.Name, err)
-		return nil, false
+	switch {
+	case unplaced != "":
+		return nil, fmt.Sprintf("node %s is no longer free: %s", specs[0].Node, unplaced), false
+	case err != nil:
+		failf(t, "probe pods on %s did not run nvidia-smi: %v", specs[0].Node, err)
+		return nil, "", false
 	}
-	var seen [][]measure.SMIGPU
 	for i, p := range pods {
-		if !hold {
+		if specs[i].Hold == 0 {
 			logs[i] = readLogs(p)
 		}
-		ok := p.Status.Phase == corev1.PodSucceeded
-		if hold {
-			ok = p.Status.Phase == corev1.PodRunning && strings.Contains(logs[i], probeDone)
+		if !done(i) {
+			failf(t, "probe pod %s on %s: %s; its log: %q", p.Name, specs[i].Node, podState(p), tail(readLogs(p), 500))
+			return nil, "", false
 		}
-		if !ok {
-			failf(t, "probe pod %s on %s: %s; its log: %q", p.Name, node.Name, podState(p), tail(readLogs(p), 500))
-			return nil, false
-		}
-		out, _, _ := strings.Cut(logs[i], probeDone)
-		gpus, err := measure.ParseNvidiaSMICSV(strings.NewReader(out))
-		if err != nil {
-			failf(t, "probe pod %s on %s: reading nvidia-smi: %v", p.Name, node.Name, err)
-			return nil, false
-		}
-		seen = append(seen, gpus)
 	}
-	return seen, true
-}
-
-// probePod runs the query on node holding gpus GPUs, tolerating every
-// taint; with hold it sleeps after, printing probeDone once the query has.
-func probePod(name, node string, gpus int64, hold bool) *corev1.Pod {
-	command := measure.NvidiaSMIQuery
-	if hold {
-		command = []string{"sh", "-c", strings.Join(measure.NvidiaSMIQuery, " ") + " && echo " + probeDone + " && exec sleep " + fmt.Sprint(int(2*probeTimeout.Seconds()))}
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			NodeName:      node,
-			RestartPolicy: corev1.RestartPolicyNever,
-			Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{
-				Name: "probe", Image: opts.ProbeImage, Command: command,
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gfd.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}},
-			}},
-		},
-	}
-}
-
-// probeName is a DNS label naming kind's probe on node: node names can be
-// long and hold dots, so such a name is cut and ends in a hash of the node
-// name, which keeps it unique.
-func probeName(kind, node string) string {
-	name := "smi-" + kind + "-" + node
-	if len(name) <= 63 && !strings.Contains(name, ".") {
-		return name
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(node))
-	suffix := fmt.Sprintf("-%08x", h.Sum32())
-	name = strings.ReplaceAll(name, ".", "-")
-	if len(name) > 63-len(suffix) {
-		name = name[:63-len(suffix)]
-	}
-	return strings.TrimRight(name, "-") + suffix
+	return logs, "", true
 }
 
 // podState is a pod's phase and why it is not running: the kubelet's

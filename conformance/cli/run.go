@@ -56,6 +56,7 @@ type RunOptions struct {
 	OperatorMetricsURL                         string
 	RealGPUs                                   bool
 	ProbeImage                                 string
+	RuntimeClass                               string
 
 	// PrometheusBearerTokenFile holds the token sent to PrometheusURL (read
 	// again on every request); PrometheusCAFile the PEM CAs its
@@ -140,6 +141,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"what to test", "operator-metrics-url", "the workload operator's /metrics, for the work per gang (local: found by itself)", str(&o.OperatorMetricsURL, "")},
 		{"what to test", "real-gpus", "kind, cluster: run nvidia-smi in pods and check GPUs, UUIDs and isolation", boolean(&o.RealGPUs)},
 		{"what to test", "probe-image", "image with nvidia-smi, sh and sleep for --real-gpus", str(&o.ProbeImage, DefaultProbeImage)},
+		{"what to test", "runtime-class", "--real-gpus: runtimeClassName of the probe pods (e.g. nvidia, where it is not the nodes' default runtime)", str(&o.RuntimeClass, "")},
 		{"local profile", "fleet", "fake GPU nodes as profile=count,... (default --scale+--scale/4+3 dgx-h100)", (*fleetValue)(&o.Fleet)},
 		{"local profile", "testbed-name", "name of the testbed it creates", str(&o.TestbedName, "gpulab-conformance")},
 		{"local profile", "operator-binary", "gpulab-operator to run (default: build it)", str(&o.OperatorBinary, "")},
@@ -204,6 +206,9 @@ const maxRunIDLength = 24
 func (o *RunOptions) validateNames() error {
 	if msgs := validation.IsDNS1123Label(o.RunID); o.RunID != "" && (len(msgs) > 0 || len(o.RunID) > maxRunIDLength) {
 		return fmt.Errorf("--run-id=%q: want lower-case letters, digits and '-', at most %d characters", o.RunID, maxRunIDLength)
+	}
+	if msgs := validation.IsDNS1123Subdomain(o.RuntimeClass); o.RuntimeClass != "" && len(msgs) > 0 {
+		return fmt.Errorf("--runtime-class=%q: not a RuntimeClass name: %s", o.RuntimeClass, strings.Join(msgs, "; "))
 	}
 	if o.ResultsConfigMap == "" {
 		return nil

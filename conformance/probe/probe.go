@@ -1,0 +1,135 @@
+// Package probe builds the suite's nvidia-smi probe pods (--real-gpus) and
+// reads what they print. A probe goes through the scheduler like any
+// workload: it is kept to one node by node affinity, tolerates only the GPU
+// taint GPU nodes commonly carry, and asks for its GPUs, so it never lands
+// where the scheduler would not put a tenant's pod and never takes GPUs
+// another pod holds. A probe that cannot be placed (a tenant holds the
+// node's GPUs now) is the suite's cue to skip that node, not a failure.
+package probe
+
+import (
+	"bufio"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/internal/gfd"
+)
+
+// Done is the line a holding probe prints after nvidia-smi's output.
+const Done = "gpulab-probe-done"
+
+// Spec is one probe pod.
+type Spec struct {
+	// Name is the pod's (Name builds one).
+	Name string
+	// Node is the node the probe must run on.
+	Node string
+	// GPUs is how many GPUs it asks for; 0 asks for none (the negative
+	// check: it must see none).
+	GPUs int64
+	// Hold keeps the pod, and its GPUs, after the query until deleted,
+	// printing Done once the query has.
+	Hold time.Duration
+	// Image needs nvidia-smi, sh and sleep.
+	Image string
+	// RuntimeClass is the pod's runtimeClassName (--runtime-class), where
+	// the NVIDIA runtime is not the node's default.
+	RuntimeClass string
+}
+
+// Pod is the probe pod of s.
+func Pod(s Spec) *corev1.Pod {
+	command := measure.NvidiaSMIQuery
+	switch {
+	case s.GPUs == 0:
+		// What the container environment says, then what nvidia-smi
+		// sees; a failing nvidia-smi (no device, no library) is a
+		// result, not an error of the probe.
+		command = []string{"sh", "-c", "echo NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-unset}; nvidia-smi -L || true; echo " + Done}
+	case s.Hold > 0:
+		command = []string{"sh", "-c", strings.Join(measure.NvidiaSMIQuery, " ") + " && echo " + Done + " && exec sleep " + fmt.Sprint(int(s.Hold.Seconds()))}
+	}
+	ctr := corev1.Container{Name: "probe", Image: s.Image, Command: command}
+	if s.GPUs > 0 {
+		ctr.Resources.Limits = corev1.ResourceList{gfd.GPUResource: *resource.NewQuantity(s.GPUs, resource.DecimalSI)}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Tolerations:   []corev1.Toleration{{Key: string(gfd.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{s.Node}}},
+				}}},
+			}},
+			Containers: []corev1.Container{ctr},
+		},
+	}
+	if s.RuntimeClass != "" {
+		pod.Spec.RuntimeClassName = &s.RuntimeClass
+	}
+	return pod
+}
+
+// Name is a DNS label naming kind's probe on node: node names can be long
+// and hold dots, so such a name is cut and ends in a hash of the node
+// name, which keeps it unique.
+func Name(kind, node string) string {
+	name := "smi-" + kind + "-" + node
+	if len(name) <= 63 && !strings.Contains(name, ".") {
+		return name
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(node))
+	suffix := fmt.Sprintf("-%08x", h.Sum32())
+	name = strings.ReplaceAll(name, ".", "-")
+	if len(name) > 63-len(suffix) {
+		name = name[:63-len(suffix)]
+	}
+	return strings.TrimRight(name, "-") + suffix
+}
+
+// Unplaceable says why the scheduler cannot place a pending probe (its
+// PodScheduled=False Unschedulable message), or "" while it may still.
+func Unplaceable(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return ""
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// NoGPUSeen is what a probe that asked for no GPU printed: its
+// NVIDIA_VISIBLE_DEVICES ("unset" when it had none) and the GPUs
+// `nvidia-smi -L` listed. It fails when the output is cut short.
+func NoGPUSeen(log string) (visible string, gpus []string, err error) {
+	sc := bufio.NewScanner(strings.NewReader(log))
+	done := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "NVIDIA_VISIBLE_DEVICES="):
+			visible = strings.TrimPrefix(line, "NVIDIA_VISIBLE_DEVICES=")
+		case strings.HasPrefix(line, "GPU ") && strings.Contains(line, "UUID:"):
+			gpus = append(gpus, line)
+		case line == Done:
+			done = true
+		}
+	}
+	if !done || visible == "" {
+		return visible, gpus, fmt.Errorf("the probe's output is incomplete: %q", log)
+	}
+	return visible, gpus, nil
+}

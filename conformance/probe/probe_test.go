@@ -1,0 +1,85 @@
+package probe
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestPodGoesThroughTheScheduler(t *testing.T) {
+	p := Pod(Spec{Name: "smi-x", Node: "gpu-7", GPUs: 2, Image: "cuda", RuntimeClass: "nvidia"})
+	if p.Spec.NodeName != "" {
+		t.Errorf("spec.nodeName %q bypasses the scheduler", p.Spec.NodeName)
+	}
+	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || terms[0].MatchFields[0].Key != "metadata.name" || terms[0].MatchFields[0].Values[0] != "gpu-7" {
+		t.Errorf("affinity %+v, want the node by name", terms)
+	}
+	for _, tol := range p.Spec.Tolerations {
+		if tol.Key == "" {
+			t.Errorf("toleration %+v tolerates every taint", tol)
+		}
+	}
+	if q := p.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]; q.Value() != 2 {
+		t.Errorf("asks for %v GPUs, want 2", q.Value())
+	}
+	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "nvidia" {
+		t.Errorf("runtimeClassName %v, want nvidia", p.Spec.RuntimeClassName)
+	}
+	if Pod(Spec{Name: "x", Node: "n", GPUs: 1}).Spec.RuntimeClassName != nil {
+		t.Error("a runtime class without --runtime-class")
+	}
+	none := Pod(Spec{Name: "x", Node: "n", GPUs: 0, Image: "cuda"})
+	if _, ok := none.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]; ok {
+		t.Error("the negative probe asks for a GPU")
+	}
+	if cmd := strings.Join(none.Spec.Containers[0].Command, " "); !strings.Contains(cmd, "nvidia-smi -L || true") {
+		t.Errorf("negative probe command %q", cmd)
+	}
+	if cmd := strings.Join(Pod(Spec{Name: "x", Node: "n", GPUs: 1, Hold: time.Minute}).Spec.Containers[0].Command, " "); !strings.Contains(cmd, "exec sleep 60") {
+		t.Errorf("holding probe command %q", cmd)
+	}
+}
+
+func TestName(t *testing.T) {
+	if got := Name("all", "gpu-1"); got != "smi-all-gpu-1" {
+		t.Errorf("Name = %q", got)
+	}
+	long := strings.Repeat("n", 70) + ".example.com"
+	a, b := Name("all", long), Name("all", long+"x")
+	if len(a) > 63 || strings.Contains(a, ".") || a == b {
+		t.Errorf("long names %q, %q: want distinct DNS labels", a, b)
+	}
+}
+
+func TestUnplaceable(t *testing.T) {
+	p := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 1 Insufficient nvidia.com/gpu"}}}}
+	if got := Unplaceable(p); !strings.Contains(got, "Insufficient") {
+		t.Errorf("Unplaceable = %q", got)
+	}
+	p.Spec.NodeName = "n"
+	if got := Unplaceable(p); got != "" {
+		t.Errorf("a bound pod: %q", got)
+	}
+}
+
+func TestNoGPUSeen(t *testing.T) {
+	for _, tc := range []struct {
+		log, visible string
+		gpus         int
+		err          bool
+	}{
+		{"NVIDIA_VISIBLE_DEVICES=all\nNo devices were found\n" + Done + "\n", "all", 0, false},
+		{"NVIDIA_VISIBLE_DEVICES=unset\nsh: nvidia-smi: not found\n" + Done + "\n", "unset", 0, false},
+		{"NVIDIA_VISIBLE_DEVICES=all\nGPU 0: NVIDIA H200 (UUID: GPU-a1)\nGPU 1: NVIDIA H200 (UUID: GPU-b2)\n" + Done + "\n", "all", 2, false},
+		{"NVIDIA_VISIBLE_DEVICES=all\n", "all", 0, true},
+	} {
+		visible, gpus, err := NoGPUSeen(tc.log)
+		if visible != tc.visible || len(gpus) != tc.gpus || (err != nil) != tc.err {
+			t.Errorf("NoGPUSeen(%q) = %q, %v, %v", tc.log, visible, gpus, err)
+		}
+	}
+}
