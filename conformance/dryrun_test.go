@@ -135,6 +135,23 @@ func printDisruptive(ctx context.Context, w io.Writer) {
 			fmt.Fprintf(w, "               now: %s\n", leaderNow(ctx))
 		}
 	}
+	if cluster == nil {
+		return
+	}
+	// Over-capacity gangs are the run's own, but with reclaim or preempt
+	// on, the scheduler may make room for them by evicting others' pods.
+	evicting, where := schedulerActions(ctx)
+	verdict := "run: the scheduler evicts no running pod for a pending gang"
+	switch {
+	case len(evicting) > 0 && opts.Disruptive:
+		verdict = "WOULD RUN with " + strings.Join(evicting, " and ") + " on (--disruptive)"
+	case len(evicting) > 0:
+		verdict = "SKIPPED: " + strings.Join(evicting, " and ") + " on, --disruptive not given"
+	case strings.HasPrefix(where, "not visible"):
+		verdict = "run: the scheduler's actions are unknown"
+	}
+	fmt.Fprintf(w, "  %-12s over-capacity gangs (gang: too big, contending; latency: overcommitted; job: a queue for one)\n               Volcano's scheduler configuration: %s; %s\n",
+		"gang/latency", where, verdict)
 }
 
 // leaderNow says which operator pod leads and which could take over.

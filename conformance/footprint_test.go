@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/footprint"
+	"github.com/gpulab/gpulab/conformance/schedconf"
 	"github.com/gpulab/gpulab/internal/gfd"
 )
 
@@ -37,12 +39,17 @@ type runFootprint struct {
 	// affinity term per node would make every pod (and each operator's
 	// copies of it) grow with the fleet.
 	pinned bool
+	// evicting are the scheduler's actions that can evict running pods
+	// (schedconf); schedulerConf says where they were read, or why not.
+	evicting      []string
+	schedulerConf string
 }
 
 var fp runFootprint
 
-// nodeRooms lists the schedulable GPU nodes that match --node-selector,
-// with the GPUs that bound, live pods already request.
+// nodeRooms lists the GPU nodes that match --node-selector and that the
+// suite's pods can use (footprint.Usable: not cordoned, no taint they do not
+// tolerate), with the GPUs that bound, live pods already request.
 func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes, client.MatchingLabels(opts.NodeSelector)); err != nil {
@@ -59,7 +66,7 @@ func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 	var rooms []footprint.Node
 	for _, n := range nodes.Items {
 		alloc := n.Status.Allocatable[gfd.GPUResource]
-		if n.Spec.Unschedulable || alloc.Value() == 0 {
+		if ok, _ := footprint.Usable(&n); !ok || alloc.Value() == 0 {
 			continue
 		}
 		rooms = append(rooms, footprint.Node{Name: n.Name, GPUs: int(alloc.Value()), Free: int(alloc.Value() - used[n.Name])})
@@ -89,6 +96,7 @@ func setupFootprint(ctx context.Context) error {
 	if err := checkNamespace(ctx); err != nil {
 		return err
 	}
+	fp.evicting, fp.schedulerConf = schedulerActions(ctx)
 	if opts.Queue != "" {
 		var q schedulingv1beta1.Queue
 		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: opts.Queue}, &q); err != nil {
@@ -127,6 +135,34 @@ func checkNamespace(ctx context.Context) error {
 		return fmt.Errorf("--namespace %s: %w", opts.Namespace, err)
 	}
 	return nil
+}
+
+// schedulerActions reads which of Volcano's actions can evict running pods,
+// and says where from. The local testbed's Volcano is the suite's own, with
+// neither on; elsewhere the configuration may not be visible, which is
+// said, and the run goes on.
+func schedulerActions(ctx context.Context) ([]string, string) {
+	if cluster.Profile == "local" {
+		return nil, "the local testbed's own (enqueue, allocate, backfill)"
+	}
+	evicting, err := schedconf.Read(ctx, cluster.Client, opts.VolcanoNamespace)
+	if err != nil {
+		fmt.Printf("warning: Volcano's scheduler configuration is not visible (%v): if it enables reclaim or preempt, "+
+			"the over-capacity scenarios may evict other tenants' pods; --disruptive is not required for them\n", err)
+		return nil, fmt.Sprintf("not visible: %v", err)
+	}
+	return evicting, fmt.Sprintf("ConfigMap %s/%s", opts.VolcanoNamespace, schedconf.ConfigMapName)
+}
+
+// overCapacity guards a scenario that leaves gangs pending for want of
+// room: with reclaim or preempt on, the scheduler could make that room by
+// evicting other tenants' pods, so it runs only with --disruptive.
+func overCapacity(t *testing.T) {
+	t.Helper()
+	if len(fp.evicting) > 0 && !opts.Disruptive {
+		skipf(t, "Volcano's scheduler runs %s (%s): the run's over-capacity gangs could evict other tenants' pods; --disruptive allows this scenario",
+			strings.Join(fp.evicting, " and "), fp.schedulerConf)
+	}
 }
 
 func selectorNote() string {

@@ -46,6 +46,7 @@ func TestGang(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementGangScheduling, "a gang that fits the pool but is one GPU larger than its free capacity binds no pod, held by the scheduler", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			overCapacity(t)
 			s := newScenario(ctx, t, name)
 			capacity(ctx, t)
 			// A filler holds one whole node, so the gang fits the pool's
@@ -86,6 +87,7 @@ func TestGang(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementGangScheduling, "K gangs contending for room for K/2 are never partly bound, and the waiting ones bind as capacity frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			overCapacity(t)
 			s := newScenario(ctx, t, name)
 			_, whole := capacity(ctx, t)
 			const k = footprint.ContendingGangs

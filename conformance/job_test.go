@@ -26,6 +26,7 @@ func TestJob(t *testing.T) {
 	const name = "job"
 	f := newPlan(name).
 		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			overCapacity(t)
 			gpulabOnly(t, "GPUJob")
 			s := newScenario(ctx, t, name)
 			_, whole := freeCapacityOrSkip(ctx, t)

@@ -76,6 +76,7 @@ func TestLatency(t *testing.T) {
 			return ctx
 		}).
 		assess(results.RequirementGangScheduling, "more gangs than capacity: none is ever partly bound, each binds as room frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+			overCapacity(t)
 			s := newScenario(ctx, t, name)
 			_, whole, err := freeCapacity(ctx, cluster.Client)
 			if err != nil {

@@ -57,6 +57,8 @@ type RunOptions struct {
 	RealGPUs                                   bool
 	ProbeImage                                 string
 	RuntimeClass                               string
+	// VolcanoNamespace holds Volcano's scheduler ConfigMap.
+	VolcanoNamespace string
 
 	// PrometheusBearerTokenFile holds the token sent to PrometheusURL (read
 	// again on every request); PrometheusCAFile the PEM CAs its
@@ -118,6 +120,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"cluster", "kubeconfig", "cluster profile: kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)", str(&o.Kubeconfig, "")},
 		{"cluster", "context", "cluster profile: kubeconfig context (default its current context)", str(&o.Context, "")},
 		{"cluster", "operator-namespace", "kind, cluster: namespace of gpulab's operator (leader Lease, pods)", str(&o.OperatorNamespace, "gpulab-system")},
+		{"cluster", "volcano-namespace", "kind, cluster: where Volcano's scheduler configuration is read (reclaim or preempt on: over-capacity scenarios need --disruptive)", str(&o.VolcanoNamespace, "volcano-system")},
 		{"cluster", "client-qps", "cluster: the suite's API requests per second (burst twice that); gangs are created at this rate", (*intValue)(setInt(&o.ClientQPS, 50))},
 		{"footprint", "max-gpus", fmt.Sprintf("GPUs the run may hold at once, or all (default all on local, %d on kind and cluster)", footprint.DefaultClusterBudget), &o.MaxGPUs},
 		{"footprint", "queue", "Volcano queue for every gang (default: one the run creates, capability = --max-gpus)", str(&o.Queue, "")},
@@ -206,6 +209,9 @@ const maxRunIDLength = 24
 func (o *RunOptions) validateNames() error {
 	if msgs := validation.IsDNS1123Label(o.RunID); o.RunID != "" && (len(msgs) > 0 || len(o.RunID) > maxRunIDLength) {
 		return fmt.Errorf("--run-id=%q: want lower-case letters, digits and '-', at most %d characters", o.RunID, maxRunIDLength)
+	}
+	if msgs := validation.IsDNS1123Label(o.VolcanoNamespace); len(msgs) > 0 {
+		return fmt.Errorf("--volcano-namespace=%q: not a namespace name: %s", o.VolcanoNamespace, strings.Join(msgs, "; "))
 	}
 	if msgs := validation.IsDNS1123Subdomain(o.RuntimeClass); o.RuntimeClass != "" && len(msgs) > 0 {
 		return fmt.Errorf("--runtime-class=%q: not a RuntimeClass name: %s", o.RuntimeClass, strings.Join(msgs, "; "))

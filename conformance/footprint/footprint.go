@@ -133,3 +133,24 @@ func BoundGPUs(p *corev1.Pod) int64 {
 	}
 	return n
 }
+
+// Usable says whether the suite's pods can be placed on n, and if not why:
+// it must be schedulable and carry no NoSchedule or NoExecute taint they do
+// not tolerate. They tolerate only the GPU taint (nvidia.com/gpu,
+// NoSchedule) GPU nodes commonly carry; a node that is not Ready carries
+// node.kubernetes.io/not-ready, or unreachable, and is not usable either.
+func Usable(n *corev1.Node) (bool, string) {
+	if n.Spec.Unschedulable {
+		return false, "cordoned"
+	}
+	for _, taint := range n.Spec.Taints {
+		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		if taint.Key == string(gfd.GPUResource) && taint.Effect == corev1.TaintEffectNoSchedule {
+			continue
+		}
+		return false, fmt.Sprintf("taint %s=%s:%s", taint.Key, taint.Value, taint.Effect)
+	}
+	return true, ""
+}

@@ -134,3 +134,24 @@ func TestBoundGPUs(t *testing.T) {
 		}
 	}
 }
+
+func TestUsable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node corev1.Node
+		want string
+	}{
+		{"plain", corev1.Node{}, ""},
+		{"gpu taint", corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}}}, ""},
+		{"prefer", corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "team", Value: "a", Effect: corev1.TaintEffectPreferNoSchedule}}}}, ""},
+		{"cordoned", corev1.Node{Spec: corev1.NodeSpec{Unschedulable: true}}, "cordoned"},
+		{"tenant taint", corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "team", Value: "a", Effect: corev1.TaintEffectNoSchedule}}}}, "taint team=a:NoSchedule"},
+		{"gpu NoExecute", corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute}}}}, "taint nvidia.com/gpu=:NoExecute"},
+		{"not ready", corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoExecute}}}}, "taint node.kubernetes.io/not-ready=:NoExecute"},
+	} {
+		ok, why := Usable(&tc.node)
+		if ok != (tc.want == "") || why != tc.want {
+			t.Errorf("%s: Usable = %t %q, want %q", tc.name, ok, why, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,8 +132,15 @@ func seed(ctx context.Context, c client.Client) error {
 		node.Status.Capacity = corev1.ResourceList{gfd.GPUResource: resource.MustParse("8"), corev1.ResourceCPU: resource.MustParse("64"),
 			corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
 		node.Status.Allocatable = node.Status.Capacity
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
 		if err := c.Status().Update(ctx, node); err != nil {
 			return fmt.Errorf("node status: %w", err)
+		}
+		// The API server taints a new node not-ready; the node lifecycle
+		// controller, which envtest lacks, lifts it once the node is Ready.
+		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		if err := c.Update(ctx, node); err != nil {
+			return fmt.Errorf("node taints: %w", err)
 		}
 	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
@@ -475,4 +483,39 @@ func bindFiller(ctx context.Context, c client.Client) error {
 func namespaceTerminating(ctx context.Context, c client.Client, name string) bool {
 	var ns corev1.Namespace
 	return c.Get(ctx, client.ObjectKey{Name: name}, &ns) == nil && ns.DeletionTimestamp != nil
+}
+
+// TestOverCapacityNeedsDisruptiveWithPreemption: where Volcano's scheduler
+// runs preempt, a pending over-capacity gang could make room by evicting
+// other tenants' pods, so without --disruptive the scenario is skipped,
+// saying why, and --dry-run says so before anything runs.
+func TestOverCapacityNeedsDisruptiveWithPreemption(t *testing.T) {
+	if api == nil {
+		t.Skip("needs a real kube-apiserver; skipped with -short")
+	}
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "volcano-system"}}
+	if err := api.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "volcano-system", Name: "volcano-scheduler-configmap"},
+		Data: map[string]string{"volcano-scheduler.conf": "actions: \"enqueue, allocate, preempt, backfill\"\n"}}
+	if err := api.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Client.Delete(context.Background(), cm) })
+
+	const assessment = "a gang that fits the pool but is one GPU larger"
+	r := runFeature(t, kubeconfig, "gang", "--assess=^"+assessment)
+	if a := r.assessment(t, "gang", assessment); a.Status != results.StatusSkipped || !strings.Contains(a.Reason, "runs preempt") ||
+		!strings.Contains(a.Reason, "--disruptive") {
+		t.Errorf("over capacity with preempt on: %s (%s), want skipped naming preempt and --disruptive", a.Status, a.Reason)
+	}
+	if r.code != results.ExitPartial {
+		t.Errorf("exit %d, want 3 (partial)", r.code)
+	}
+	r = runFeature(t, kubeconfig, "gang", "--dry-run")
+	if !strings.Contains(r.out, "SKIPPED: preempt on, --disruptive not given") || !strings.Contains(r.out, "ConfigMap volcano-system/volcano-scheduler-configmap") {
+		t.Errorf("--dry-run does not say the over-capacity gangs are skipped:\n%s", r.out)
+	}
 }
