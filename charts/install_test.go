@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -86,14 +87,17 @@ monitoring:
   prometheusRule: {enabled: true}
 dashboards: {enabled: true}
 agent: {labelNode: false}
+conformanceRunner: {enabled: true}
 `
 
 // TestInstallUpgradeUninstall installs the chart with Helm's SDK on a real
 // kube-apiserver, as `helm install` would: the CRDs become Established and
 // every object is stored without a Pod Security warning; an upgrade
 // changes the Deployment and adds the monitors (checked against the
-// Prometheus Operator's own CRDs); an uninstall leaves no object of the
-// chart behind but keeps the CRDs, as Helm does.
+// Prometheus Operator's own CRDs) and the conformance runner, whose
+// ServiceAccount then holds every permission the suite's preflight checks
+// and whose test pod the restricted namespace admits; an uninstall leaves
+// no object of the chart behind but keeps the CRDs, as Helm does.
 func TestInstallUpgradeUninstall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a real kube-apiserver; skipped with -short")
@@ -188,6 +192,12 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		t.Errorf("listing GPUClusters: %v", err)
 	}
 
+	// The runner's ServiceAccount holds nothing before the upgrade binds
+	// it: the preflight check below can fail.
+	if missing := conformancePreflight(t, cfg); len(missing) != rbac.Verbs(rbac.Rules()) {
+		t.Errorf("before the runner is installed its ServiceAccount lacks only %d of %d permissions: %v", len(missing), rbac.Verbs(rbac.Rules()), missing)
+	}
+
 	upgrade := action.NewUpgrade(helm)
 	upgrade.Namespace, upgrade.Timeout = namespace, 2*time.Minute
 	rel2, err := upgrade.RunWithContext(ctx, releaseName, ch, values(t, upgradeValues))
@@ -212,6 +222,43 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 			t.Errorf("the upgrade installed no %s", kind)
 		}
 	}
+	t.Run("conformance runner", func(t *testing.T) {
+		// What `helm test` would check, from the API server's side: the
+		// preflight's SelfSubjectAccessReviews as the ServiceAccount...
+		if missing := conformancePreflight(t, cfg); len(missing) != 0 {
+			t.Errorf("the runner's ServiceAccount lacks %v", missing)
+		}
+		// ...and the test pod, which an upgrade does not create, admitted
+		// by the restricted namespace (a dry run stores nothing).
+		var hook *release.Hook
+		for _, h := range rel2.Hooks {
+			if h.Kind == "Pod" && h.Name == conformanceTest && slices.Contains(h.Events, release.HookTest) {
+				hook = h
+			}
+		}
+		if hook == nil {
+			t.Fatalf("no test hook Pod %s in the release", conformanceTest)
+		}
+		var pod corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: conformanceTest}, &pod); !apierrors.IsNotFound(err) {
+			t.Errorf("the test pod exists before `helm test`: %v", err)
+		}
+		objs, err := decode(hook.Manifest)
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("hook manifest: %v (%d objects)", err, len(objs))
+		}
+		into(t, objs[0], &pod)
+		before := len(warn.all())
+		if _, err := probe.CoreV1().Pods(namespace).Create(ctx, &pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the API server refuses the test pod: %v", err)
+		}
+		for _, w := range warn.all()[before:] {
+			if strings.Contains(w, "PodSecurity") {
+				t.Errorf("Pod Security warning for the test pod: %s", w)
+			}
+		}
+	})
+
 	// What the new values drop is deleted.
 	role := &unstructured.Unstructured{}
 	role.SetAPIVersion("rbac.authorization.k8s.io/v1")
@@ -243,6 +290,27 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 			t.Errorf("CRD %s after uninstall: %v (Helm keeps CRDs)", name, err)
 		}
 	}
+}
+
+// conformancePreflight runs the suite's preflight (conformance/rbac.Check:
+// a SelfSubjectAccessReview per verb of its rules) as the chart's
+// conformance ServiceAccount, impersonated, and returns what is denied.
+func conformancePreflight(t *testing.T, cfg *rest.Config) []rbac.Missing {
+	t.Helper()
+	sa := rest.CopyConfig(cfg)
+	sa.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + namespace + ":" + conformanceName,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+	c, err := client.New(sa, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := rbac.Check(t.Context(), c, rbac.Rules())
+	if err != nil {
+		t.Fatalf("preflight as the conformance ServiceAccount: %v", err)
+	}
+	return missing
 }
 
 // chartCRDNames are the names of the CRDs in the chart's crds/.

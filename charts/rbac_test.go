@@ -10,7 +10,8 @@ import (
 
 // rbacSources are the kustomize manifests whose RBAC the chart renders:
 // controller-gen's role.yaml, the hand-written roles and bindings, the
-// agent's, the testbed capacity role and the monitors' metrics reader.
+// agent's, the testbed capacity role, the monitors' metrics reader and the
+// conformance suite's role and binding (the conformance runner's).
 var rbacSources = []string{
 	"operator/config/rbac/role.yaml",
 	"operator/config/rbac/leader_election_role.yaml",
@@ -21,12 +22,24 @@ var rbacSources = []string{
 	"node-agent/config/rbac.yaml",
 	"node-agent/config/testbed/rbac-capacity.yaml",
 	"dashboards/prometheus/operator/metrics-reader.yaml",
+	"conformance/config/clusterrole.yaml",
+	"conformance/config/clusterrolebinding.yaml",
+}
+
+// ownSubjectNamespace are the bindings whose kustomize subjects live in a
+// namespace of their own, by the namespace they name there: conformance/config
+// binds the ServiceAccount in its gpulab-conformance namespace, the chart the
+// one it creates in the release namespace. Only that namespace may differ.
+var ownSubjectNamespace = map[string]string{
+	"ClusterRoleBinding/gpulab-conformance": "gpulab-conformance",
 }
 
 // TestRBACEqualsKustomize: every Role, ClusterRole and binding the chart
 // renders has the rules (or roleRef and subjects) of the kustomize object
 // of the same name, so regenerating role.yaml without updating the chart
 // fails here. Both the default and the everything-on values are checked.
+// Subjects are compared namespace and all, but for ownSubjectNamespace's
+// bindings, whose subjects must sit in the release namespace instead.
 func TestRBACEqualsKustomize(t *testing.T) {
 	want := map[string]*unstructured.Unstructured{}
 	for _, f := range rbacSources {
@@ -65,6 +78,14 @@ func TestRBACEqualsKustomize(t *testing.T) {
 				into(t, withoutNamespace(got), &g)
 				into(t, withoutNamespace(w), &wb)
 				same(t, key+" roleRef", g.RoleRef, wb.RoleRef)
+				if own, ok := ownSubjectNamespace[key]; ok {
+					for i, s := range wb.Subjects {
+						if s.Namespace != own {
+							t.Errorf("%s: the kustomize subject %s/%s is no longer in %s: update ownSubjectNamespace", key, s.Namespace, s.Name, own)
+						}
+						wb.Subjects[i].Namespace = namespace
+					}
+				}
 				same(t, key+" subjects", g.Subjects, wb.Subjects)
 			}
 		})

@@ -59,6 +59,11 @@ dashboards:
   label: grafana_dashboard_custom
   labelValue: "yes"
   annotations: {grafana_folder: gpulab}
+conformanceRunner:
+  enabled: true
+  image: {tag: 0.3.0-rc.1, pullPolicy: Always}
+  args: [--max-gpus=8, --node-selector=pool=gpu]
+  serviceAccount: {annotations: {example.com/role: conformance}}
 `
 
 // kustomizeObjects are the objects of `kubectl apply -k operator/config/default`

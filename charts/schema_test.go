@@ -37,6 +37,16 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"a label the chart sets", "commonLabels: {app.kubernetes.io/name: x}", "app.kubernetes.io/name"},
 		{"a pod label the chart sets", "agent: {podLabels: {app.kubernetes.io/instance: x}}", "app.kubernetes.io/instance"},
 		{"monitoring labels not strings", "monitoring: {labels: {release: {name: x}}}", "release"},
+		{"runner not a boolean", "conformanceRunner: {enabled: \"yes\"}", "enabled"},
+		{"runner latest tag", "conformanceRunner: {image: {tag: latest}}", "tag"},
+		{"runner bad pull policy", "conformanceRunner: {image: {pullPolicy: Sometimes}}", "pullPolicy"},
+		{"runner typo in a key", "conformanceRunner: {arg: [--max-gpus=8]}", "arg"},
+		{"runner args not a list", "conformanceRunner: {args: --max-gpus=8}", "args"},
+		{"runner arg not a flag", "conformanceRunner: {args: [--max-gpus, \"8\"]}", "args"},
+		{"runner arg turning the dry run off", "conformanceRunner: {args: [--dry-run=false]}", "args"},
+		{"runner arg with one dash", "conformanceRunner: {args: [-dry-run=false]}", "args"},
+		{"runner arg changing the profile", "conformanceRunner: {args: [--profile=local]}", "args"},
+		{"runner arg changing the operator namespace", "conformanceRunner: {args: [--operator-namespace=other]}", "args"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := renderFiles(ch, values(t, c.values))
@@ -62,6 +72,8 @@ func TestSchemaAcceptsGoodValues(t *testing.T) {
 		"operator: {enabled: false}", "agent: {enabled: false}", "agent: {admissionPolicy: {enabled: false}}",
 		"dashboards: {enabled: true, label: example.com/dashboard, labelValue: \"\"}",
 		"fullnameOverride: lab", "global: {imageRegistry: x}",
+		"conformanceRunner: {enabled: true, args: [--max-gpus=8, --node-selector=pool=gpu, --workload=vcjob, -verbose]}",
+		"conformanceRunner: {serviceAccount: {annotations: {eks.amazonaws.com/role-arn: x}}}",
 	} {
 		if _, err := renderFiles(ch, values(t, v)); err != nil {
 			t.Errorf("values %s: %v", v, err)

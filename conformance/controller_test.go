@@ -15,6 +15,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/cli"
+	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
@@ -57,8 +58,12 @@ func TestController(t *testing.T) {
 		assess(results.RequirementRobustController, "a valid GPUCluster reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			gpulabOnly(t, "GPUCluster reconciliation")
 			s := newScenario(ctx, t, name)
+			r, err := freeCapacity(ctx, cluster.Client)
+			if err != nil {
+				fatalf(t, "reading capacity: %v", err)
+			}
 			start := time.Now()
-			s.gang(ctx, "valid", workerGroup{"workers", 2, 4})
+			s.gang(ctx, "valid", workerGroup{"workers", 2, int32(footprint.LatencyWorkerGPUs(r))})
 			s.waitReady(ctx, "valid", opts.ReadyTimeout)
 			measured(results.Value(name, "valid_create_to_ready", "seconds", time.Since(start).Seconds()))
 			s.checkInvariants()
@@ -212,7 +217,7 @@ func crashWorkers(ctx context.Context, t *testing.T) int32 {
 	}
 	var milli int64
 	for _, n := range nodes.Items {
-		if fp.inPool[n.Name] {
+		if fp.has(n.Name) {
 			milli += n.Status.Allocatable.Cpu().MilliValue()
 		}
 	}

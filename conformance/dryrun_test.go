@@ -23,6 +23,9 @@ func dryRun(ctx context.Context) int {
 		return results.ExitFailed
 	}
 	printPlan(os.Stdout, where, rooms)
+	if cluster != nil {
+		printMIG(ctx)
+	}
 	printDisruptive(ctx, os.Stdout)
 	return results.ExitPassed
 }
@@ -67,8 +70,8 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 		names = append(names, fmt.Sprintf("%s (%d/%d free)", n.Name, n.Free, n.GPUs))
 	}
 	fmt.Fprintf(w, "eligible GPU nodes: %d%s\n", len(nodes), selectorNote())
-	fmt.Fprintf(w, "footprint: --max-gpus=%s: %d nodes, %d GPUs, %d free, %d whole free 8-GPU nodes\n  %s\n",
-		opts.MaxGPUs.String(), len(pool), gpus, free, whole, strings.Join(names, "\n  "))
+	fmt.Fprintf(w, "footprint: --max-gpus=%s: %d nodes, %d GPUs, %d free, %d whole free %d-GPU nodes\n  %s\n",
+		opts.MaxGPUs.String(), len(pool), gpus, free, whole, room.NodeGPUs, strings.Join(names, "\n  "))
 	if opts.Queue != "" {
 		fmt.Fprintf(w, "queue: %s (given; the budget is kept by sizing and the pool)\n", opts.Queue)
 	} else {
@@ -84,14 +87,15 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 		return fmt.Sprintf("%d x (1 head + %d workers x %d GPUs) = %d GPUs", n, workers, gpus, n*workers*gpus)
 	}
 	fits, over := footprint.Overcommitted(room)
+	node, lw := room.NodeGPUs, footprint.LatencyWorkerGPUs(room)
 	lines := []struct{ feature, what string }{
-		{"latency", fmt.Sprintf("create at once: %s", shape(footprint.LatencyClusters(opts.Scale, room), 2, 4))},
-		{"latency", fmt.Sprintf("overcommitted: %d gangs of 2 x 8 GPUs, %d fit at once%s", over, fits, needs(fits >= 1, "2 whole free nodes"))},
-		{"gang", fmt.Sprintf("fits: %s; too big: %d GPUs; %d contending gangs of %d x 8; exact fill: %s%s",
-			shape(1, 2, 8), free+1, footprint.ContendingGangs, whole/2, shape(1, whole, 8), needs(whole >= 2, "2 whole free nodes"))},
-		{"controller", fmt.Sprintf("valid: %s; leader failover: 1 head + 48 CPU-only workers", shape(1, 2, 4))},
+		{"latency", fmt.Sprintf("create at once: %s", shape(footprint.LatencyClusters(opts.Scale, room), 2, lw))},
+		{"latency", fmt.Sprintf("overcommitted: %d gangs of 2 x %d GPUs, %d fit at once%s", over, node, fits, needs(fits >= 1, "2 whole free nodes"))},
+		{"gang", fmt.Sprintf("fits: %s; too big: a filler pod holds one node, then %d GPUs; %d contending gangs of %d x %d; exact fill: %s%s",
+			shape(1, 2, node), free-node+1, footprint.ContendingGangs, whole/2, node, shape(1, whole, node), needs(whole >= 2, "2 whole free nodes"))},
+		{"controller", fmt.Sprintf("valid: %s; leader failover: 1 head + 48 CPU-only workers", shape(1, 2, lw))},
 		{"inventory", "reads GPUInventories, nodes and per-GPU series; XID injection on the local profile only"},
-		{"job", fmt.Sprintf("2 GPUJobs of %s on a queue for one%s", shape(1, footprint.JobWorkers(room), 8), needs(whole >= 1, "a whole free node"))},
+		{"job", fmt.Sprintf("2 GPUJobs of %s on a queue for one%s", shape(1, footprint.JobWorkers(room), node), needs(whole >= 1, "a whole free node"))},
 	}
 	if opts.RealGPUs {
 		lines = append(lines, struct{ feature, what string }{"accelerators", fmt.Sprintf("nvidia-smi pods on each of the %d pool nodes, one node at a time", len(pool))})

@@ -47,6 +47,12 @@ type runFootprint struct {
 
 var fp runFootprint
 
+// has says whether node is in the pool. Unpinned (--max-gpus=all), the
+// pool is every GPU node the suite's pods can use now, as the scheduler
+// sees them, not only those usable at setup: a node that turned Ready
+// since would otherwise hold room a scenario did not count.
+func (f runFootprint) has(node string) bool { return !f.pinned || f.inPool[node] }
+
 // nodeRooms lists the GPU nodes that match --node-selector and that the
 // suite's pods can use (footprint.Usable: not cordoned, no taint they do not
 // tolerate), with the GPUs that bound, live pods already request.
@@ -117,6 +123,7 @@ func setupFootprint(ctx context.Context) error {
 	}
 	fp.queue = q.Name
 	fmt.Printf("footprint: %d GPUs on %d nodes (--max-gpus=%s), queue %s\n", gpus, len(pool), opts.MaxGPUs.String(), fp.queue)
+	printMIG(ctx)
 	return nil
 }
 
@@ -162,6 +169,20 @@ func overCapacity(t *testing.T) {
 	if len(fp.evicting) > 0 && !opts.Disruptive {
 		skipf(t, "Volcano's scheduler runs %s (%s): the run's over-capacity gangs could evict other tenants' pods; --disruptive allows this scenario",
 			strings.Join(fp.evicting, " and "), fp.schedulerConf)
+	}
+}
+
+// printMIG reports the MIG-partitioned nodes --node-selector allows: their
+// MIG devices are not whole GPUs, and the gang features leave them alone.
+func printMIG(ctx context.Context) {
+	var nodes corev1.NodeList
+	if err := cluster.Client.List(ctx, &nodes, client.MatchingLabels(opts.NodeSelector)); err != nil {
+		return
+	}
+	for i := range nodes.Items {
+		if mig := footprint.MIGDevices(&nodes.Items[i]); len(mig) > 0 {
+			fmt.Printf("node %s is MIG-partitioned (%v): its MIG devices are not used by the gang features\n", nodes.Items[i].Name, mig)
+		}
 	}
 }
 

@@ -26,21 +26,21 @@ import (
 // ones bind as capacity frees; an exact fill binds.
 func TestGang(t *testing.T) {
 	const name = "gang"
-	capacity := func(ctx context.Context, t *testing.T) (int, int) {
-		free, whole, err := freeCapacity(ctx, cluster.Client)
+	capacity := func(ctx context.Context, t *testing.T) footprint.Room {
+		r, err := freeCapacity(ctx, cluster.Client)
 		if err != nil {
 			fatalf(t, "reading capacity: %v", err)
 		}
-		if whole < 2 {
-			skipf(t, "needs 2 whole free 8-GPU nodes in the footprint, found %d", whole)
+		if r.Whole < 2 {
+			skipf(t, "needs 2 whole free %d-GPU nodes in the footprint, found %d", r.NodeGPUs, r.Whole)
 		}
-		return free, whole
+		return r
 	}
 	f := newPlan(name).
 		assess(results.RequirementGangScheduling, "a gang that fits binds all-or-nothing and reaches Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
-			capacity(ctx, t)
-			s.gang(ctx, "fits", workerGroup{"workers", 2, 8})
+			r := capacity(ctx, t)
+			s.gang(ctx, "fits", workerGroup{"workers", 2, int32(r.NodeGPUs)})
 			s.waitReady(ctx, "fits", opts.ReadyTimeout)
 			s.checkInvariants()
 			return ctx
@@ -54,14 +54,14 @@ func TestGang(t *testing.T) {
 			// PodGroup) but not what is free: only the scheduler can hold
 			// it back.
 			filled := s.fillNode(ctx)
-			free, whole, err := freeCapacity(ctx, cluster.Client)
+			r, err := freeCapacity(ctx, cluster.Client)
 			if err != nil {
 				fatalf(t, "reading capacity: %v", err)
 			}
 			// One more GPU than is free: every whole free node plus one GPU.
-			extra := int32(free - whole*8 + 1)
-			s.gang(ctx, "too-big", workerGroup{"workers", int32(whole), 8}, workerGroup{"extra", 1, extra})
-			t.Logf("filler holds %s; gang of %d GPUs against %d free", filled, whole*8+int(extra), free)
+			extra := int32(r.Free - r.Whole*r.NodeGPUs + 1)
+			s.gang(ctx, "too-big", workerGroup{"workers", int32(r.Whole), int32(r.NodeGPUs)}, workerGroup{"extra", 1, extra})
+			t.Logf("filler holds %s; gang of %d GPUs against %d free", filled, r.Whole*r.NodeGPUs+int(extra), r.Free)
 			window := time.Now().Add(opts.WaitWindow)
 			held := false
 			for time.Now().Before(window) && ctx.Err() == nil {
@@ -89,12 +89,12 @@ func TestGang(t *testing.T) {
 		assess(results.RequirementGangScheduling, "K gangs contending for room for K/2 are never partly bound, and the waiting ones bind as capacity frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			overCapacity(t)
 			s := newScenario(ctx, t, name)
-			_, whole := capacity(ctx, t)
+			r := capacity(ctx, t)
 			const k = footprint.ContendingGangs
-			per := int32(whole / (k / 2)) // k/2 gangs fill the whole free nodes
-			room := whole / int(per)      // gangs that fit at once
+			per := int32(r.Whole / (k / 2)) // k/2 gangs fill the whole free nodes
+			room := r.Whole / int(per)      // gangs that fit at once
 			for i := range k {
-				s.gang(ctx, fmt.Sprintf("contend-%d", i), workerGroup{"workers", per, 8})
+				s.gang(ctx, fmt.Sprintf("contend-%d", i), workerGroup{"workers", per, int32(r.NodeGPUs)})
 			}
 			ready := map[string]bool{}
 			start := time.Now()
@@ -131,8 +131,8 @@ func TestGang(t *testing.T) {
 		}).
 		assess(results.RequirementGangScheduling, "an exact fill of the free capacity binds", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
-			_, whole := capacity(ctx, t)
-			s.gang(ctx, "exact", workerGroup{"workers", int32(whole), 8})
+			r := capacity(ctx, t)
+			s.gang(ctx, "exact", workerGroup{"workers", int32(r.Whole), int32(r.NodeGPUs)})
 			s.waitReady(ctx, "exact", opts.ReadyTimeout)
 			s.checkInvariants()
 			return ctx

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/cleanup"
@@ -264,20 +265,19 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, stri
 const progressEvery = 5 * time.Second
 
 // freeCapacity is the pool's room now: its GPUs not requested by bound,
-// live pods, and its whole free 8-GPU nodes.
-func freeCapacity(ctx context.Context, c client.Client) (free, wholeNodes int, err error) {
+// live pods, its node size and its whole free nodes of that size.
+func freeCapacity(ctx context.Context, c client.Client) (footprint.Room, error) {
 	nodes, err := nodeRooms(ctx, c)
 	if err != nil {
-		return 0, 0, err
+		return footprint.Room{}, err
 	}
 	var pool []footprint.Node
 	for _, n := range nodes {
-		if fp.inPool[n.Name] {
+		if fp.has(n.Name) {
 			pool = append(pool, n)
 		}
 	}
-	r := footprint.RoomOf(pool)
-	return r.Free, r.Whole, nil
+	return footprint.RoomOf(pool), nil
 }
 
 // createJob creates a GPUJob whose submitter stays in the footprint (its
@@ -302,7 +302,7 @@ func gpuNodes(ctx context.Context, c client.Client) ([]corev1.Node, error) {
 	}
 	var out []corev1.Node
 	for _, n := range nodes.Items {
-		if fp.inPool[n.Name] {
+		if fp.has(n.Name) {
 			out = append(out, n)
 		}
 	}
@@ -310,9 +310,11 @@ func gpuNodes(ctx context.Context, c client.Client) ([]corev1.Node, error) {
 }
 
 // fillNode holds every GPU of one whole free pool node with a plain pod,
-// placed by the default scheduler and kept to that node by affinity, and
-// waits until it is bound; the scenario deletes it with the rest. It
-// returns the node's name.
+// kept to that node by affinity, and waits until it is bound; the scenario
+// deletes it with the rest. It returns the node's name. Volcano places it,
+// in the run's queue, as it places the gangs: bound by another scheduler,
+// it could be missing from Volcano's snapshot when the next gang comes, and
+// both would be given the same GPUs.
 func (s *scenario) fillNode(ctx context.Context) string {
 	s.t.Helper()
 	rooms, err := nodeRooms(ctx, s.c)
@@ -321,7 +323,7 @@ func (s *scenario) fillNode(ctx context.Context) string {
 	}
 	var node *footprint.Node
 	for i := range rooms {
-		if fp.inPool[rooms[i].Name] && rooms[i].Free == rooms[i].GPUs {
+		if fp.has(rooms[i].Name) && rooms[i].Free == rooms[i].GPUs {
 			node = &rooms[i]
 			break
 		}
@@ -330,7 +332,9 @@ func (s *scenario) fillNode(ctx context.Context) string {
 		skipf(s.t, "no whole free node in the footprint to fill")
 	}
 	tmpl := podTemplate("filler", int32(node.GPUs))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Labels: tmpl.Labels}, Spec: tmpl.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Labels: tmpl.Labels,
+		Annotations: map[string]string{schedulingv1beta1.QueueNameAnnotationKey: fp.queue}}, Spec: tmpl.Spec}
+	pod.Spec.SchedulerName = "volcano"
 	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node.Name}}},

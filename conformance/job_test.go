@@ -29,12 +29,12 @@ func TestJob(t *testing.T) {
 			overCapacity(t)
 			gpulabOnly(t, "GPUJob")
 			s := newScenario(ctx, t, name)
-			_, whole := freeCapacityOrSkip(ctx, t)
-			workers := footprint.JobWorkers(footprint.Room{Whole: whole})
+			r := freeCapacityOrSkip(ctx, t)
+			workers := footprint.JobWorkers(r)
 			queue := &schedulingv1beta1.Queue{
 				ObjectMeta: metav1.ObjectMeta{Name: "gpulab-conformance-job-" + opts.RunID, Labels: runLabels()},
 				Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),
-					Capability: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(workers*8), resource.DecimalSI)}},
+					Capability: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(workers*r.NodeGPUs), resource.DecimalSI)}},
 			}
 			if err := s.c.Create(ctx, queue); err != nil {
 				fatalf(t, "creating queue: %v", err)
@@ -43,7 +43,7 @@ func TestJob(t *testing.T) {
 			for _, job := range []string{"first", "second"} {
 				// A job's first cluster is <job>-1: watch it from the start.
 				s.recorder.Expect(job+"-1", workers+1, time.Now())
-				gc := gpuCluster(job, int32(workers), 8)
+				gc := gpuCluster(job, int32(workers), int32(r.NodeGPUs))
 				gc.Spec.Scheduling.Queue = queue.Name
 				j := &gpulabv1alpha1.GPUJob{
 					ObjectMeta: metav1.ObjectMeta{Name: job},
@@ -74,15 +74,15 @@ func TestJob(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-func freeCapacityOrSkip(ctx context.Context, t *testing.T) (int, int) {
-	free, whole, err := freeCapacity(ctx, cluster.Client)
+func freeCapacityOrSkip(ctx context.Context, t *testing.T) footprint.Room {
+	r, err := freeCapacity(ctx, cluster.Client)
 	if err != nil {
 		fatalf(t, "reading capacity: %v", err)
 	}
-	if whole < 1 {
-		skipf(t, "no free 8-GPU node")
+	if r.Whole < 1 {
+		skipf(t, "no wholly free %d-GPU node", r.NodeGPUs)
 	}
-	return free, whole
+	return r
 }
 
 func waitJob(ctx context.Context, t *testing.T, s *scenario, name string) *gpulabv1alpha1.GPUJob {

@@ -31,16 +31,16 @@ func TestLatency(t *testing.T) {
 	f := newPlan(name).
 		assess(results.RequirementNone, "clusters created at once reach Ready", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			s := newScenario(ctx, t, name)
-			free, _, err := freeCapacity(ctx, cluster.Client)
+			r, err := freeCapacity(ctx, cluster.Client)
 			if err != nil {
 				fatalf(t, "reading capacity: %v", err)
 			}
-			n := footprint.LatencyClusters(opts.Scale, footprint.Room{Free: free})
+			n, w := footprint.LatencyClusters(opts.Scale, r), footprint.LatencyWorkerGPUs(r)
 			if n < opts.Scale {
-				t.Logf("capacity for %d clusters only (%d free GPUs in the footprint)", n, free)
+				t.Logf("capacity for %d clusters only (%d free GPUs in the footprint)", n, r.Free)
 			}
 			if n == 0 {
-				skipf(t, "no room for one 8-GPU cluster in the footprint (%d free GPUs)", free)
+				skipf(t, "no room for one %d-GPU cluster in the footprint (%d free GPUs)", 2*w, r.Free)
 			}
 			op := watchOperator(ctx, t)
 			start := time.Now()
@@ -48,7 +48,7 @@ func TestLatency(t *testing.T) {
 			for i := range names {
 				names[i] = fmt.Sprintf("lat-%03d", i)
 			}
-			s.gangsAtOnce(ctx, names, workerGroup{"workers", 2, 4})
+			s.gangsAtOnce(ctx, names, workerGroup{"workers", 2, int32(w)})
 			timeout := opts.ReadyTimeout + time.Duration(n)*200*time.Millisecond
 			err = waitFor(ctx, timeout, func() (bool, string) {
 				ready, bound, partial := 0, 0, 0
@@ -78,17 +78,17 @@ func TestLatency(t *testing.T) {
 		assess(results.RequirementGangScheduling, "more gangs than capacity: none is ever partly bound, each binds as room frees", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			overCapacity(t)
 			s := newScenario(ctx, t, name)
-			_, whole, err := freeCapacity(ctx, cluster.Client)
+			r, err := freeCapacity(ctx, cluster.Client)
 			if err != nil {
 				fatalf(t, "reading capacity: %v", err)
 			}
 			// Gangs of two whole nodes, more than fit at once.
-			fits, n := footprint.Overcommitted(footprint.Room{Whole: whole})
+			fits, n := footprint.Overcommitted(r)
 			if fits < 1 {
-				skipf(t, "needs 2 whole free 8-GPU nodes in the footprint, found %d", whole)
+				skipf(t, "needs 2 whole free %d-GPU nodes in the footprint, found %d", r.NodeGPUs, r.Whole)
 			}
 			for i := range n {
-				s.gang(ctx, fmt.Sprintf("over-%03d", i), workerGroup{"workers", 2, 8})
+				s.gang(ctx, fmt.Sprintf("over-%03d", i), workerGroup{"workers", 2, int32(r.NodeGPUs)})
 			}
 			// Free the room of each gang as soon as it is Ready, so the
 			// waiting ones bind in turn.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -83,24 +84,41 @@ func Pool(nodes []Node, budget Budget) []Node {
 	return pool
 }
 
-// Room is what a pool offers now: free GPUs, and whole free 8-GPU nodes.
-type Room struct{ Free, Whole int }
+// Room is what a pool offers now: its free GPUs, the node size its gangs
+// are shaped for (NodeGPUs: the GPU count most of its nodes have, the
+// larger on a tie) and how many nodes of that size are wholly free.
+type Room struct{ Free, Whole, NodeGPUs int }
 
-// RoomOf adds up the pool's free GPUs.
+// RoomOf adds up the pool's free GPUs. A gang worker asks for a whole node
+// of the pool's usual size, so 1-, 2-, 4-, 8- or 16-GPU fleets all get
+// gangs that fill whole nodes.
 func RoomOf(pool []Node) Room {
+	sizes := map[int]int{}
+	for _, n := range pool {
+		sizes[n.GPUs]++
+	}
 	var r Room
+	for gpus, count := range sizes {
+		if count > sizes[r.NodeGPUs] || count == sizes[r.NodeGPUs] && gpus > r.NodeGPUs {
+			r.NodeGPUs = gpus
+		}
+	}
 	for _, n := range pool {
 		r.Free += n.Free
-		if n.GPUs == 8 && n.Free == 8 {
+		if n.GPUs == r.NodeGPUs && n.Free == n.GPUs {
 			r.Whole++
 		}
 	}
 	return r
 }
 
-// LatencyClusters is how many 1 head + 2 x 4-GPU clusters the latency run
+// LatencyWorkerGPUs is each of a latency cluster's 2 workers' GPUs: 4, or
+// a whole node where nodes are smaller.
+func LatencyWorkerGPUs(r Room) int { return max(min(4, r.NodeGPUs), 1) }
+
+// LatencyClusters is how many 1 head + 2 worker clusters the latency run
 // creates at once: --scale, or as many as the room holds.
-func LatencyClusters(scale int, r Room) int { return min(scale, r.Free/8) }
+func LatencyClusters(scale int, r Room) int { return min(scale, r.Free/(2*LatencyWorkerGPUs(r))) }
 
 // Overcommitted is the latency feature's contention run: gangs of two
 // whole nodes, more than fit at once (n > fits). It needs fits >= 1.
@@ -110,10 +128,10 @@ func Overcommitted(r Room) (fits, n int) {
 }
 
 // ContendingGangs is the gang feature's K gangs, two of which fill the
-// whole free nodes; each has Whole/2 workers of 8 GPUs.
+// whole free nodes; each has Whole/2 workers of a whole node.
 const ContendingGangs = 4
 
-// JobWorkers is each GPUJob's 8-GPU workers; the job queue fits one gang.
+// JobWorkers is each GPUJob's whole-node workers; the job queue fits one gang.
 func JobWorkers(r Room) int { return min(r.Whole, 2) }
 
 // BoundGPUs is what a pod holds on its node: the GPUs it requests (limits
@@ -153,4 +171,18 @@ func Usable(n *corev1.Node) (bool, string) {
 		return false, fmt.Sprintf("taint %s=%s:%s", taint.Key, taint.Value, taint.Effect)
 	}
 	return true, ""
+}
+
+// MIGDevices are the MIG devices a node advertises (nvidia.com/mig-<profile>
+// under the device plugin's mixed strategy), by profile: a MIG-partitioned
+// node's GPUs are not whole nvidia.com/gpu, and the gang features do not
+// use MIG devices.
+func MIGDevices(n *corev1.Node) map[string]int64 {
+	out := map[string]int64{}
+	for name, q := range n.Status.Allocatable {
+		if p, ok := strings.CutPrefix(string(name), "nvidia.com/mig-"); ok && q.Value() > 0 {
+			out[p] = q.Value()
+		}
+	}
+	return out
 }

@@ -83,7 +83,7 @@ func TestPool(t *testing.T) {
 func TestShapes(t *testing.T) {
 	nodes := []Node{{Name: "a", GPUs: 8, Free: 8}, {Name: "b", GPUs: 8, Free: 8}, {Name: "c", GPUs: 8, Free: 3}, {Name: "d", GPUs: 4, Free: 4}}
 	r := RoomOf(nodes)
-	if r != (Room{Free: 23, Whole: 2}) {
+	if r != (Room{Free: 23, Whole: 2, NodeGPUs: 8}) {
 		t.Fatalf("room %+v", r)
 	}
 	if n := LatencyClusters(100, r); n != 2 {
@@ -153,5 +153,44 @@ func TestUsable(t *testing.T) {
 		if ok != (tc.want == "") || why != tc.want {
 			t.Errorf("%s: Usable = %t %q, want %q", tc.name, ok, why, tc.want)
 		}
+	}
+}
+
+func TestRoomOfOtherFleetShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pool []Node
+		want Room
+	}{
+		{"8-GPU", []Node{{"a", 8, 8}, {"b", 8, 8}, {"c", 8, 3}}, Room{Free: 19, Whole: 2, NodeGPUs: 8}},
+		{"4-GPU", []Node{{"a", 4, 4}, {"b", 4, 4}, {"c", 4, 4}}, Room{Free: 12, Whole: 3, NodeGPUs: 4}},
+		{"16-GPU", []Node{{"a", 16, 16}, {"b", 16, 16}}, Room{Free: 32, Whole: 2, NodeGPUs: 16}},
+		{"1-GPU", []Node{{"a", 1, 1}, {"b", 1, 0}, {"c", 1, 1}}, Room{Free: 2, Whole: 2, NodeGPUs: 1}},
+		{"mixed: most are 4", []Node{{"a", 8, 8}, {"b", 4, 4}, {"c", 4, 4}}, Room{Free: 16, Whole: 2, NodeGPUs: 4}},
+		{"mixed tie: the larger", []Node{{"a", 8, 8}, {"b", 4, 4}}, Room{Free: 12, Whole: 1, NodeGPUs: 8}},
+		{"empty", nil, Room{}},
+	} {
+		if got := RoomOf(tc.pool); got != tc.want {
+			t.Errorf("%s: RoomOf = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	// Latency clusters fit the nodes: 2 workers of 4, or of a whole
+	// smaller node.
+	for gpus, want := range map[int]int{8: 4, 4: 4, 2: 2, 1: 1} {
+		if got := LatencyWorkerGPUs(Room{NodeGPUs: gpus}); got != want {
+			t.Errorf("LatencyWorkerGPUs on %d-GPU nodes = %d, want %d", gpus, got, want)
+		}
+	}
+	if got := LatencyClusters(100, Room{Free: 6, NodeGPUs: 1}); got != 3 {
+		t.Errorf("LatencyClusters on 6 free 1-GPU nodes = %d, want 3", got)
+	}
+}
+
+func TestMIGDevices(t *testing.T) {
+	n := corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+		"nvidia.com/mig-1g.10gb": resource.MustParse("7"), "nvidia.com/mig-3g.40gb": resource.MustParse("0"), "nvidia.com/gpu": resource.MustParse("1")}}}
+	got := MIGDevices(&n)
+	if len(got) != 1 || got["1g.10gb"] != 7 {
+		t.Errorf("MIGDevices = %v, want 1g.10gb: 7", got)
 	}
 }

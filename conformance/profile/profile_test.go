@@ -28,8 +28,8 @@ current-context: c
 	return path
 }
 
-// fakeAPIServer serves discovery for CRDs and answers every CRD read with
-// crdStatus.
+// fakeAPIServer serves discovery for CRDs, allows every access review,
+// and answers every CRD read with crdStatus.
 func fakeAPIServer(t *testing.T, crdStatus int) string {
 	t.Helper()
 	reply := func(body string) http.HandlerFunc {
@@ -42,7 +42,12 @@ func fakeAPIServer(t *testing.T, crdStatus int) string {
 	mux.HandleFunc("/version", reply(`{"major":"1","minor":"37","gitVersion":"v1.37.2"}`))
 	mux.HandleFunc("/api", reply(`{"kind":"APIVersions","versions":["v1"]}`))
 	mux.HandleFunc("/apis", reply(`{"kind":"APIGroupList","apiVersion":"v1","groups":[{"name":"apiextensions.k8s.io",
-		"versions":[{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}}]}`))
+		"versions":[{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}},
+		{"name":"authorization.k8s.io","versions":[{"groupVersion":"authorization.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"authorization.k8s.io/v1","version":"v1"}}]}`))
+	// The preflight's SelfSubjectAccessReviews: this user may do anything.
+	mux.HandleFunc("/apis/authorization.k8s.io/v1", reply(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"authorization.k8s.io/v1",
+		"resources":[{"name":"selfsubjectaccessreviews","singularName":"selfsubjectaccessreview","namespaced":false,"kind":"SelfSubjectAccessReview","verbs":["create"]}]}`))
+	mux.HandleFunc("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", reply(`{"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","status":{"allowed":true}}`))
 	mux.HandleFunc("/apis/apiextensions.k8s.io/v1", reply(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"apiextensions.k8s.io/v1",
 		"resources":[{"name":"customresourcedefinitions","singularName":"customresourcedefinition","namespaced":false,"kind":"CustomResourceDefinition","verbs":["get","list"]}]}`))
 	mux.HandleFunc("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/", func(w http.ResponseWriter, r *http.Request) {

@@ -16,10 +16,13 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/conformance/rbac"
 )
 
 // Submit creates the shared objects that are not there yet (an existing
@@ -35,6 +38,9 @@ func Submit(ctx context.Context, c client.Client, o Options) ([]string, error) {
 		err := c.Create(ctx, obj)
 		switch {
 		case apierrors.IsAlreadyExists(err):
+			if err := bindsRunner(ctx, c, obj, o.Namespace); err != nil {
+				return created, err
+			}
 		case err != nil:
 			return created, fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
 		default:
@@ -45,6 +51,29 @@ func Submit(ctx context.Context, c client.Client, o Options) ([]string, error) {
 		return created, fmt.Errorf("creating the runner Job %s/%s: %w", o.Namespace, JobName(o.RunID), err)
 	}
 	return created, nil
+}
+
+// bindsRunner checks that an existing ClusterRoleBinding of the runner's
+// name binds the runner's ServiceAccount: one made for another namespace
+// (the chart's runner binds its release's) would leave this one unbound,
+// and the run would fail at preflight. Other objects are used as found.
+func bindsRunner(ctx context.Context, c client.Client, obj client.Object, namespace string) error {
+	if _, ok := obj.(*rbacv1.ClusterRoleBinding); !ok {
+		return nil
+	}
+	var crb rbacv1.ClusterRoleBinding
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &crb); err != nil {
+		return err
+	}
+	var bound []string
+	for _, s := range crb.Subjects {
+		if s.Kind == rbacv1.ServiceAccountKind && s.Name == rbac.Name && s.Namespace == namespace {
+			return nil
+		}
+		bound = append(bound, s.Kind+" "+s.Namespace+"/"+s.Name)
+	}
+	return fmt.Errorf("ClusterRoleBinding %s already exists and binds %v, not ServiceAccount %s/%s: "+
+		"give --runner-namespace the namespace it binds (the chart's runner: its release namespace)", crb.Name, bound, namespace, rbac.Name)
 }
 
 func kindName(obj client.Object) string {

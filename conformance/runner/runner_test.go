@@ -154,6 +154,20 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), &rbacv1.ClusterRole{}); err != nil {
 		t.Errorf("the ClusterRole Submit found was deleted: %v", err)
 	}
+	// A binding of the runner's name made for another namespace (the
+	// chart's runner binds its release's) is refused by name, not left to
+	// fail the run's preflight.
+	other := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: rbac.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: rbac.Name, Namespace: "gpulab-system"}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: rbac.Name}}
+	if err := c.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runner.Submit(ctx, c, runner.Options{Namespace: "other-runner", Image: "gpulab-conformance:dev", RunID: "r3"}); err == nil ||
+		!strings.Contains(err.Error(), "--runner-namespace") || !strings.Contains(err.Error(), "ServiceAccount gpulab-system/gpulab-conformance") {
+		t.Errorf("submitting beside another namespace's binding: %v, want a refusal naming --runner-namespace", err)
+	}
+
 	var jobs batchv1.JobList
 	if err := c.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ With the release named gpulab, objects are named as the kustomize manifests.
 
 {{- define "gpulab.operator.fullname" -}}{{ include "gpulab.fullname" . }}-operator{{- end -}}
 {{- define "gpulab.agent.fullname" -}}{{ include "gpulab.fullname" . }}-agent{{- end -}}
+{{- define "gpulab.conformance.fullname" -}}{{ include "gpulab.fullname" . }}-conformance{{- end -}}
 
 {{/*
 Labels of every object. app.kubernetes.io/name stays gpulab-operator or
@@ -55,6 +56,13 @@ app.kubernetes.io/component: operator
 {{ include "gpulab.labels" . }}
 app.kubernetes.io/name: gpulab-agent
 app.kubernetes.io/component: agent
+{{- end -}}
+
+{{/* The conformance runner's objects: the name conformance/config gives them. */}}
+{{- define "gpulab.conformance.labels" -}}
+{{ include "gpulab.labels" . }}
+app.kubernetes.io/name: gpulab-conformance
+app.kubernetes.io/component: conformance-runner
 {{- end -}}
 
 {{/* An image reference; the tag defaults to the chart's appVersion. */}}
