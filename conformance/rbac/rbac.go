@@ -20,6 +20,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/conformance/schedconf"
 )
 
 // Name names the ClusterRole, its binding, the ServiceAccount and the
@@ -31,6 +33,8 @@ type Rule struct {
 	Group, Resource string
 	Verbs           []string
 	Why             string
+	// ResourceNames limits the rule to these objects, where it may.
+	ResourceNames []string
 }
 
 var (
@@ -43,20 +47,22 @@ var (
 // --workload).
 func Rules() []Rule {
 	return []Rule{
-		{"", "namespaces", manage, "a namespace per scenario, deleted after; --namespace is read"},
-		{"", "pods", manage, "probe and filler pods; the run's pods counted and waited for; the operator's leader found and, with --disruptive, force-deleted"},
-		{"", "pods/log", []string{"get"}, "nvidia-smi output of --real-gpus probes"},
-		{"", "nodes", read, "the GPU pool: allocatable, cordons, labels"},
-		{"gpulab.io", "gpuclusters", manage, "the gangs of --workload=gpucluster and the invalid ones the API must refuse"},
-		{"gpulab.io", "gpujobs", manage, "the job feature"},
-		{"gpulab.io", "gpuinventories", read, "the inventory feature"},
-		{"scheduling.volcano.sh", "podgroups", read, "each gang's PodGroup and the scheduler's verdict on it"},
-		{"scheduling.volcano.sh", "queues", []string{"get", "list", "create", "delete"}, "the run's queue, capped at --max-gpus; --queue is read"},
-		{"batch.volcano.sh", "jobs", manage, "the gangs of --workload=vcjob"},
-		{"ray.io", "rayclusters", manage, "the gangs of --workload=raycluster"},
-		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves"},
-		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag"},
-		{"coordination.k8s.io", "leases", []string{"get"}, "who leads the operator (--operator-namespace)"},
+		{"", "namespaces", manage, "a namespace per scenario, deleted after; --namespace is read", nil},
+		{"", "pods", manage, "probe and filler pods; the run's pods counted and waited for; the operator's leader found and, with --disruptive, force-deleted", nil},
+		{"", "pods/log", []string{"get"}, "nvidia-smi output of --real-gpus probes", nil},
+		{"", "nodes", read, "the GPU pool: allocatable, cordons, labels", nil},
+		{"gpulab.io", "gpuclusters", manage, "the gangs of --workload=gpucluster and the invalid ones the API must refuse", nil},
+		{"gpulab.io", "gpujobs", manage, "the job feature", nil},
+		{"gpulab.io", "gpuinventories", read, "the inventory feature", nil},
+		{"scheduling.volcano.sh", "podgroups", read, "each gang's PodGroup and the scheduler's verdict on it", nil},
+		{"scheduling.volcano.sh", "queues", []string{"get", "list", "create", "delete"}, "the run's queue, capped at --max-gpus; --queue is read", nil},
+		{"batch.volcano.sh", "jobs", manage, "the gangs of --workload=vcjob", nil},
+		{"ray.io", "rayclusters", manage, "the gangs of --workload=raycluster", nil},
+		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves", nil},
+		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag", nil},
+		{"coordination.k8s.io", "leases", []string{"get"}, "who leads the operator (--operator-namespace)", nil},
+		{"", "configmaps", []string{"get"}, "Volcano's scheduler configuration: with reclaim or preempt on, over-capacity scenarios need --disruptive",
+			[]string{schedconf.ConfigMapName}},
 	}
 }
 
@@ -67,7 +73,7 @@ func ClusterRole() *rbacv1.ClusterRole {
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{"app.kubernetes.io/name": Name}},
 	}
 	for _, r := range Rules() {
-		cr.Rules = append(cr.Rules, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: r.Verbs})
+		cr.Rules = append(cr.Rules, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: r.Verbs, ResourceNames: r.ResourceNames})
 	}
 	return cr
 }
@@ -99,9 +105,13 @@ func Check(ctx context.Context, c client.Client, rules []Rule) ([]Missing, error
 	var missing []Missing
 	for _, r := range rules {
 		resource, sub, _ := strings.Cut(r.Resource, "/")
+		name := ""
+		if len(r.ResourceNames) > 0 {
+			name = r.ResourceNames[0]
+		}
 		for _, verb := range r.Verbs {
 			ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: r.Group, Resource: resource, Subresource: sub, Verb: verb},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: r.Group, Resource: resource, Subresource: sub, Verb: verb, Name: name},
 			}}
 			if err := c.Create(ctx, ssar); err != nil {
 				return nil, fmt.Errorf("asking the API server whether this user may %s %s: %w", verb, r.Resource, err)

@@ -26,7 +26,11 @@ func clusterRoleYAML(t *testing.T) []byte {
 		if g == "" {
 			g = "core"
 		}
-		fmt.Fprintf(&b, "#   %s %s %v: %s\n", g, r.Resource, r.Verbs, r.Why)
+		res := r.Resource
+		if len(r.ResourceNames) > 0 {
+			res += " " + fmt.Sprint(r.ResourceNames)
+		}
+		fmt.Fprintf(&b, "#   %s %s %v: %s\n", g, res, r.Verbs, r.Why)
 	}
 	out, err := yaml.Marshal(ClusterRole())
 	if err != nil {
@@ -63,7 +67,7 @@ func TestRulesAreLeastPrivilege(t *testing.T) {
 				t.Errorf("%s %s: verb %q", r.Group, r.Resource, v)
 			}
 		}
-		if r.Resource == "secrets" || r.Resource == "*" || r.Group == "*" {
+		if r.Resource == "secrets" || r.Resource == "*" || r.Group == "*" || r.Resource == "configmaps" && len(r.ResourceNames) == 0 {
 			t.Errorf("rule on %s/%s", r.Group, r.Resource)
 		}
 		if r.Why == "" {
