@@ -447,6 +447,10 @@ func suiteFlags(t *testing.T) map[string]map[string]bool {
 			t.Fatalf("no flags found in gpulab-conformance %s -h:\n%s", name, h)
 		}
 	}
+	// submit takes every run flag besides its own.
+	for f := range out["run"] {
+		out["submit"][f] = true
+	}
 	return out
 }
 
