@@ -281,15 +281,7 @@ func TestPluginDevicesFollowHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runAgent(t, a)()
 	next := func() []deviceplugin.Device {
 		t.Helper()
 		select {
@@ -369,15 +361,7 @@ func TestPluginDevicesUnhealthyAfterFailedScans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runAgent(t, a)()
 	poll(t, "the first publish", func() bool { return pub.count() == 1 })
 	check := func(when string, healthy bool) {
 		t.Helper()
@@ -465,15 +449,7 @@ func scanOnce(t *testing.T) *agent.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runAgent(t, a)()
 	select {
 	case r := <-scans:
 		return r
@@ -481,4 +457,18 @@ func scanOnce(t *testing.T) *agent.Result {
 		t.Fatal("no scan within 30s")
 	}
 	return nil
+}
+
+// runAgent runs a until the returned function stops it, reporting its error.
+func runAgent(t *testing.T, a *agent.Agent) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
 }
