@@ -11,7 +11,8 @@ import (
 
 // CompareOptions sets what counts as a regression.
 type CompareOptions struct {
-	// MaxRegression is the allowed relative growth of p99 (0.10 = 10%).
+	// MaxRegression is the allowed relative worsening of p99 (0.10 = 10%):
+	// growth, or for a rate a fall.
 	MaxRegression float64
 	// NoiseSeconds and NoiseCount are absolute growths always tolerated, so
 	// a 2 ms → 3 ms change on a laptop is not a regression.
@@ -105,8 +106,8 @@ func (c Comparison) Failed() bool {
 }
 
 // Compare checks every baseline measurement's p99 in current, and that
-// every baseline feature and assessment is in current. Larger is worse for
-// every unit the suite records (seconds, requests, conflicts).
+// every baseline feature and assessment is in current. Larger is worse,
+// except for rates (HigherIsBetter).
 func Compare(baseline, current *Results, opts CompareOptions) Comparison {
 	c := Comparison{
 		Baseline:     Provenance{Environment: baseline.Environment, StartTime: baseline.StartTime},
@@ -145,13 +146,22 @@ func compareMeasurements(baseline, current []Measurement, opts CompareOptions) [
 		if b.Unit == "seconds" {
 			noise = opts.NoiseSeconds
 		}
-		grew := c.P99 - b.P99
-		row.Regressed = grew > noise && grew > b.P99*opts.MaxRegression
+		// How much worse current is: it grew, or for a rate it fell.
+		worse := c.P99 - b.P99
+		if HigherIsBetter(b.Unit) {
+			worse = -worse
+		}
+		row.Regressed = worse > noise && worse > b.P99*opts.MaxRegression
 		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
 	return rows
 }
+
+// HigherIsBetter says whether a unit is a rate (gangs/s), which regresses
+// when it falls; every other unit the suite records (seconds, requests,
+// bytes, counts) regresses when it grows.
+func HigherIsBetter(unit string) bool { return strings.HasSuffix(unit, "/s") }
 
 // missingFeatures lists the baseline features current lacks, and the
 // baseline assessments of the features both have that current lacks. An
@@ -308,7 +318,13 @@ func Median(runs []*Results) *Results {
 				vals[i] = get(m)
 			}
 			sort.Float64s(vals)
-			return vals[(len(vals)-1)/2]
+			// Of an even count, the mean of the two middle values: the
+			// lower one alone would favour the faster half of the runs.
+			mid := len(vals) / 2
+			if len(vals)%2 == 0 {
+				return (vals[mid-1] + vals[mid]) / 2
+			}
+			return vals[mid]
 		}
 		m := ms[0]
 		m.P50 = med(func(m Measurement) float64 { return m.P50 })

@@ -163,3 +163,43 @@ func TestCompareV1Baseline(t *testing.T) {
 		t.Errorf("missing features %v, assessments %v; want latency only", c.MissingFeatures, c.MissingAssessments)
 	}
 }
+
+// TestCompareDirection: a rate (gangs/s) regresses when it falls, not when
+// it rises; every other unit regresses when it grows.
+func TestCompareDirection(t *testing.T) {
+	run := func(rate, ready float64) *Results {
+		return &Results{Measurements: []Measurement{Value("latency", "gangs_per_second", "gangs/s", rate), Value("latency", "ready", "seconds", ready)}}
+	}
+	opts := CompareOptions{MaxRegression: 0.10}
+	regressed := func(c Comparison) map[string]bool {
+		out := map[string]bool{}
+		for _, r := range c.Rows {
+			out[r.Key] = r.Regressed
+		}
+		return out
+	}
+	if got := regressed(Compare(run(10, 5), run(5, 5), opts)); !got["latency/gangs_per_second"] || got["latency/ready"] {
+		t.Errorf("gangs/s halved: %v, want gangs_per_second regressed", got)
+	}
+	if got := regressed(Compare(run(10, 5), run(20, 5), opts)); got["latency/gangs_per_second"] {
+		t.Errorf("gangs/s doubled: %v, want no regression", got)
+	}
+	if got := regressed(Compare(run(10, 5), run(10, 10), opts)); !got["latency/ready"] {
+		t.Errorf("ready time doubled: %v, want it regressed", got)
+	}
+}
+
+// TestMedianOfEvenCounts: the median of two or four runs is the mean of
+// the two middle values, not the lower one.
+func TestMedianOfEvenCounts(t *testing.T) {
+	var runs []*Results
+	for _, v := range []float64{4, 1, 3, 2} {
+		runs = append(runs, &Results{Measurements: []Measurement{Value("latency", "ready", "seconds", v)}})
+	}
+	if got := Median(runs).Measurements[0].P99; got != 2.5 {
+		t.Errorf("median of 1, 2, 3, 4 = %v, want 2.5", got)
+	}
+	if got := Median(runs[:3]).Measurements[0].P99; got != 3 {
+		t.Errorf("median of 4, 1, 3 = %v, want 3", got)
+	}
+}
