@@ -221,14 +221,14 @@ func (s *scenario) delete(ctx context.Context, name string) {
 }
 
 // checkInvariants fails the feature for every broken invariant the
-// recorder saw: duplicate pods, gangs seen partly bound, pods created while
+// recorder saw: duplicate pods, gangs placed partly, pods created while
 // their PodGroup did not exist, a status that claimed Ready early. It first
 // lets pending verdicts (a partial binding within its grace, a lagging
 // watch) settle, so none is dropped for being early.
 func (s *scenario) checkInvariants() {
 	s.t.Helper()
 	s.checked = true
-	if err := s.recorder.Settle(context.Background(), 2*measure.DefaultPartialGrace+time.Second); err != nil {
+	if err := s.recorder.Settle(context.Background(), measure.DefaultBindStall+2*measure.DefaultPartialGrace+time.Second); err != nil {
 		failf(s.t, "the recorder could not decide every invariant: %v", err)
 	}
 	for _, v := range s.recorder.Violations() {

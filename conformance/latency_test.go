@@ -48,7 +48,12 @@ func TestLatency(t *testing.T) {
 			for i := range names {
 				names[i] = fmt.Sprintf("lat-%03d", i)
 			}
+			throttled, _ := measure.ReadClientThrottle()
 			s.gangsAtOnce(ctx, names, workerGroup{"workers", 2, int32(w)})
+			// The suite's own client limiter, outside every phase.
+			if after, err := measure.ReadClientThrottle(); err == nil {
+				measured(results.Value(name, "client_throttle_per_gang", "seconds", after.Sub(throttled).Seconds/float64(n)))
+			}
 			timeout := opts.ReadyTimeout + time.Duration(n)*200*time.Millisecond
 			err = waitFor(ctx, timeout, func() (bool, string) {
 				ready, bound, partial := 0, 0, 0
@@ -252,7 +257,13 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 			phases[phase] = append(phases[phase], to.Sub(from).Seconds())
 		}
 	}
+	var spreads []float64
+	var lag time.Duration
 	for _, tl := range timelines {
+		if !tl.AllBound.IsZero() {
+			spreads = append(spreads, tl.BindSpread.Seconds())
+		}
+		lag = max(lag, tl.WatchLag)
 		add("create_to_podgroup", tl.Created, tl.PodGroup)
 		add("create_to_pods_created", tl.Created, tl.PodsCreated)
 		add("create_to_all_bound", tl.Created, tl.AllBound)
@@ -264,6 +275,8 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 	for _, phase := range append(slices.Clone(results.LatencyPhases), "pods_ready_to_status_ready") {
 		measured(results.Distribution(feature, phase, "seconds", phases[phase]))
 	}
+	measured(results.Distribution(feature, "bind_spread", "seconds", spreads),
+		results.Value(feature, "watch_lag_max", "seconds", lag.Seconds()))
 	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()))
 	if span := creationSpan(timelines); span > 0 {
 		measured(results.Value(feature, "gangs_per_second", "gangs/s", float64(n)/span.Seconds()))

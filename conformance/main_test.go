@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/gpulab/gpulab/conformance/cli"
+	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/conformance/runner"
@@ -50,6 +51,8 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	opts = o
+	// Before any client exists: the suite's own throttling is measured.
+	measure.EnableClientThrottle()
 	// Go's testing flags are all that is left for flag.CommandLine.
 	os.Args = append(os.Args[:1], o.TestArgs...)
 	flag.Parse()

@@ -27,14 +27,29 @@ import (
 	"github.com/gpulab/gpulab/internal/poll"
 )
 
-// Timeline is what the watches saw of one GPUCluster.
+// Timeline is what the watches saw of one gang.
+//
+// Each milestone is the time it is proven to have happened by (proven):
+// the watch receipt, capped at one second past the timestamp the API
+// server recorded for it (creationTimestamp, a condition's
+// lastTransitionTime, the operator's status time), which the API
+// truncates to the second. A lagging watch therefore cannot stretch a
+// phase by more than a second, and the suite's own client throttling
+// (before the create reaches the server) is not in any phase.
 type Timeline struct {
-	Created     time.Time // when the client sent the create
-	PodGroup    time.Time // PodGroup first seen
-	PodsCreated time.Time // all desired pods first seen
-	AllBound    time.Time // all desired pods first seen bound
-	PodsReady   time.Time // all desired pods first seen Ready
+	Created     time.Time // the gang object created (creationTimestamp)
+	PodGroup    time.Time // PodGroup created
+	PodsCreated time.Time // all desired pods created
+	AllBound    time.Time // all desired pods bound (PodScheduled)
+	PodsReady   time.Time // all desired pods Ready
 	StatusReady time.Time // status.phase Ready first seen
+	// WatchLag is the longest a milestone's watch receipt came after the
+	// server's own time for it could have been: the cross-check of the
+	// two clocks (zero when the watch kept within the second).
+	WatchLag time.Duration
+	// BindSpread is first bind to last bind of the gang's members, once
+	// all are bound (server-bounded times, as the milestones).
+	BindSpread time.Duration
 	// Desired is the pod count the spec asks for (head + Σ replicas), or
 	// what Expect said before the GPUCluster was seen.
 	Desired int
@@ -42,12 +57,20 @@ type Timeline struct {
 	Pods int
 
 	pods map[string]*podState // by pod name
-	// The partial-binding detector: a gang with some but not all of its
-	// slots bound, for longer than the grace, was placed partly.
-	partial  time.Time     // start of the current partial binding
-	maxSplit time.Duration // longest partial binding seen
-	bound    int           // bound slots at the last update
-	sizedFor int           // Desired at the last update
+	// The partial-placement detector. A gang with some but not all of its
+	// slots bound is in flight while binds keep landing; it was placed
+	// partly when an unbound member is marked Unschedulable after the
+	// gang's first bind (the scheduler decided the rest do not fit), or
+	// when no bind lands for longer than the stall limit.
+	partial      time.Time     // start of the current partial binding
+	maxSplit     time.Duration // longest partial binding seen
+	lastBind     time.Time     // receipt of the latest bind while partial
+	firstBindRV  int64         // revision of the current partial binding's first bind
+	placedPartly string        // evidence of a partial placement, once seen
+	bound        int           // bound slots at the last update
+	sizedFor     int           // Desired at the last update
+	// Server-side times the workload and its PodGroup recorded.
+	createdAt, podGroupAt time.Time
 	// disrupted is set when bound pods go away (deletion, exit) or the
 	// gang is resized: a gang shrinking is not a partial placement. It
 	// clears once the gang is whole again or has nothing bound, so the
@@ -73,6 +96,16 @@ type podState struct {
 	bound   bool
 	ready   bool
 	readyRV int64 // revision of the event that first showed it Ready
+	// Server-side times: creationTimestamp and the lastTransitionTime of
+	// PodScheduled=True and Ready=True (zero where not recorded).
+	createdAt, boundAt, readyAt time.Time
+	// unschedulable is the PodScheduled=False/Unschedulable condition as
+	// last written, and markedRV the revision that wrote it: a scheduler
+	// that decides again writes it again (a new message or time).
+	unschedulable string
+	markedRV      int64
+	boundSeen     time.Time // receipt of the event that first showed it bound
+	bindRV        int64     // revision of that event
 }
 
 // podGroupLife is one PodGroup object's existence, in revisions.
@@ -110,6 +143,11 @@ type RecorderInput struct {
 	// status that counted it) before a verdict that depends on it is
 	// final. Default DefaultPartialGrace.
 	PartialGrace time.Duration
+	// BindStall is how long a partly bound gang may go without a new bind
+	// before it counts as placed partly: binds of one scheduling decision
+	// land one API call at a time, seconds apart on a saturated API
+	// server. Default DefaultBindStall.
+	BindStall time.Duration
 	// Workload is the kind of gang followed. Default GPUClusters.
 	Workload Workload
 	// Follow says which gangs to record, by name. Nil follows every
@@ -122,6 +160,10 @@ type RecorderInput struct {
 
 // DefaultPartialGrace is two Volcano schedule periods.
 const DefaultPartialGrace = 2 * time.Second
+
+// DefaultBindStall is far above the longest gap between two binds of one
+// gang measured at N=300 on a 2-core testbed (2.7 s).
+const DefaultBindStall = 10 * time.Second
 
 // Recorder watches one namespace.
 type Recorder struct {
@@ -153,6 +195,9 @@ const (
 func newRecorder(in RecorderInput) *Recorder {
 	if in.PartialGrace == 0 {
 		in.PartialGrace = DefaultPartialGrace
+	}
+	if in.BindStall == 0 {
+		in.BindStall = DefaultBindStall
 	}
 	if in.Workload == nil {
 		in.Workload = GPUClusters{}
@@ -234,7 +279,7 @@ func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 	case *schedulingv1beta1.PodGroup:
 		r.podGroupRV = max(r.podGroupRV, rv)
 		if name := gangOf(obj, owner); follow(name) {
-			r.observePodGroup(r.timeline(name), kind, rv, now)
+			r.observePodGroup(r.timeline(name), kind, rv, obj.CreationTimestamp.Time, now)
 		}
 	case *corev1.Pod:
 		r.podRV = max(r.podRV, rv)
@@ -265,12 +310,12 @@ func (r *Recorder) notify() {
 	r.changed = make(chan struct{})
 }
 
-func (r *Recorder) observePodGroup(t *Timeline, kind eventKind, rv int64, now time.Time) {
+func (r *Recorder) observePodGroup(t *Timeline, kind eventKind, rv int64, created, now time.Time) {
 	switch kind {
 	case added:
 		t.podGroups = append(t.podGroups, podGroupLife{created: rv})
 		if t.PodGroup.IsZero() {
-			t.PodGroup = now
+			t.PodGroup = t.proven(now, created)
 		}
 	case deleted, deletedUnknown:
 		if n := len(t.podGroups); n > 0 && t.podGroups[n-1].deleted == 0 {
@@ -286,10 +331,16 @@ func (r *Recorder) observeWorkload(t *Timeline, obj client.Object, kind eventKin
 		}
 		return
 	}
+	if kind == added && t.createdAt.IsZero() {
+		// The server's creation time replaces the client's send time:
+		// the wait in the client's own rate limiter is not the stack's.
+		t.createdAt = obj.GetCreationTimestamp().Time
+		t.Created = t.proven(now, t.createdAt)
+	}
 	st := r.in.Workload.Read(obj)
 	t.Desired = st.Desired
 	if st.Ready && t.StatusReady.IsZero() {
-		t.StatusReady = now
+		t.StatusReady = t.proven(now, st.ReadyAt)
 	}
 	if st.Claim && t.claimRV == 0 {
 		t.claimRV, t.claimAt = rv, now
@@ -321,11 +372,29 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 			}
 			r.live[slot][uid] = true
 		}
-		s := &podState{uid: uid, slot: slot, bound: p.Spec.NodeName != "", ready: podReady(p)}
-		if prev := t.pods[p.Name]; s.ready && prev != nil && prev.uid == uid && prev.ready {
+		s := &podState{uid: uid, slot: slot, bound: p.Spec.NodeName != "", ready: podReady(p), createdAt: p.CreationTimestamp.Time}
+		s.boundAt, s.readyAt = conditionTrueSince(p, corev1.PodScheduled), conditionTrueSince(p, corev1.PodReady)
+		s.unschedulable = unschedulableMark(p)
+		prev := t.pods[p.Name]
+		if prev != nil && prev.uid != uid {
+			prev = nil
+		}
+		if s.ready && prev != nil && prev.ready {
 			s.readyRV = prev.readyRV
 		} else if s.ready {
 			s.readyRV = rv
+		}
+		switch {
+		case s.unschedulable == "":
+		case prev != nil && prev.unschedulable == s.unschedulable:
+			s.markedRV = prev.markedRV
+		default:
+			s.markedRV = rv
+		}
+		if prev != nil && prev.bound {
+			s.boundSeen, s.bindRV = prev.boundSeen, prev.bindRV
+		} else if s.bound {
+			s.boundSeen, s.bindRV = now, rv
 		}
 		t.pods[p.Name] = s
 	}
@@ -337,19 +406,32 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 // look whole.
 func (r *Recorder) update(t *Timeline, now time.Time) {
 	slots, bound, ready := map[string]bool{}, map[string]bool{}, map[string]int64{}
+	// The latest server time among the slots for each milestone, and the
+	// first and last bind.
+	var lastCreated, lastBound, lastReady, firstBound time.Time
 	for _, s := range t.pods {
 		slots[s.slot] = true
+		lastCreated = latest(lastCreated, s.createdAt)
 		if s.bound {
 			bound[s.slot] = true
+			at := t.proven(s.boundSeen, s.boundAt)
+			lastBound = latest(lastBound, at)
+			if firstBound.IsZero() || at.Before(firstBound) {
+				firstBound = at
+			}
 		}
 		if rv, ok := ready[s.slot]; s.ready && (!ok || s.readyRV < rv) {
 			ready[s.slot] = s.readyRV
+		}
+		if s.ready {
+			lastReady = latest(lastReady, s.readyAt)
 		}
 	}
 	t.Pods, t.ready = len(slots), len(ready)
 	if len(bound) < t.bound || (t.sizedFor != 0 && t.Desired != t.sizedFor && t.bound > 0) {
 		t.disrupted = true
 	}
+	prevBound := t.bound
 	t.bound, t.sizedFor = len(bound), t.Desired
 	if t.Desired == 0 {
 		return
@@ -358,13 +440,14 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 		t.disrupted = false
 	}
 	if len(slots) >= t.Desired && t.PodsCreated.IsZero() {
-		t.PodsCreated = now
+		t.PodsCreated = t.proven(now, lastCreated)
 	}
 	if t.bound >= t.Desired && t.AllBound.IsZero() {
-		t.AllBound = now
+		// Each bind time is already proven (bounded by its own event).
+		t.AllBound, t.BindSpread = lastBound, lastBound.Sub(firstBound)
 	}
 	if len(ready) >= t.Desired && t.PodsReady.IsZero() {
-		t.PodsReady = now
+		t.PodsReady = t.proven(now, lastReady)
 		for _, rv := range ready {
 			t.allReadyRV = max(t.allReadyRV, rv)
 		}
@@ -372,11 +455,64 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 	partial := t.bound > 0 && t.bound < t.Desired && !t.disrupted
 	switch {
 	case partial && t.partial.IsZero():
-		t.partial = now
+		t.partial, t.lastBind, t.firstBindRV = now, now, 0
+		for _, s := range t.pods {
+			if s.bound && (t.firstBindRV == 0 || s.bindRV < t.firstBindRV) {
+				t.firstBindRV = s.bindRV
+			}
+		}
+	case partial && t.bound > prevBound:
+		t.lastBind = now
 	case !partial && !t.partial.IsZero():
+		if t.placedPartly == "" {
+			t.placedPartly = r.stalled(t, now)
+		}
 		t.maxSplit = max(t.maxSplit, now.Sub(t.partial))
 		t.partial = time.Time{}
 	}
+	if partial && t.placedPartly == "" {
+		for name, s := range t.pods {
+			if !s.bound && s.markedRV > t.firstBindRV {
+				t.placedPartly = fmt.Sprintf("%d of %d pods bound, then %s was marked unschedulable (revision %d, after the first bind at %d): %s",
+					t.bound, t.Desired, name, s.markedRV, t.firstBindRV, s.unschedulable)
+				break
+			}
+		}
+	}
+}
+
+// stalled is the evidence that a partly bound gang has no bind in flight:
+// none landed for longer than the stall limit. Empty while binds land.
+func (r *Recorder) stalled(t *Timeline, now time.Time) string {
+	if gap := now.Sub(t.lastBind); gap > r.in.BindStall {
+		return fmt.Sprintf("%d of %d pods bound and no bind for %s (stall limit %s)", t.bound, t.Desired, gap.Round(time.Millisecond), r.in.BindStall)
+	}
+	return ""
+}
+
+// proven is when something is proven to have happened by: the watch
+// receipt, but no later than one second past the server's own timestamp
+// (the API truncates it to the second) and no earlier than it. It records
+// how much later the watch was, the two clocks' cross-check.
+func (t *Timeline) proven(receipt, server time.Time) time.Time {
+	if server.IsZero() {
+		return receipt
+	}
+	if receipt.Before(server) {
+		return server
+	}
+	if limit := server.Add(time.Second); receipt.After(limit) {
+		t.WatchLag = max(t.WatchLag, receipt.Sub(limit))
+		return limit
+	}
+	return receipt
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Violations returns the broken invariants seen so far whose evidence is
@@ -409,7 +545,6 @@ func (r *Recorder) judge(now time.Time) (out []Violation, pending []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out = append(out, r.violations...)
-	grace := r.in.PartialGrace
 	names := make([]string, 0, len(r.clusters))
 	for name := range r.clusters {
 		names = append(names, name)
@@ -417,16 +552,16 @@ func (r *Recorder) judge(now time.Time) (out []Violation, pending []string) {
 	sort.Strings(names)
 	for _, name := range names {
 		t := r.clusters[name]
-		split := t.maxSplit
-		if !t.partial.IsZero() {
-			cur := now.Sub(t.partial)
-			split = max(split, cur)
-			if split <= grace {
-				pending = append(pending, fmt.Sprintf("gang %s partly bound for %s", name, cur.Round(time.Millisecond)))
+		evidence := t.placedPartly
+		if evidence == "" && !t.partial.IsZero() {
+			if stalled := r.stalled(t, now); stalled != "" {
+				evidence = stalled
+			} else {
+				pending = append(pending, fmt.Sprintf("gang %s partly bound for %s, binds in flight", name, now.Sub(t.partial).Round(time.Millisecond)))
 			}
 		}
-		if split > grace {
-			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("gang %s was partly bound for %s (grace %s)", name, split.Round(time.Millisecond), grace)})
+		if evidence != "" {
+			out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("gang %s was partly bound: %s", name, evidence)})
 		}
 		v, p := r.judgePodGroups(name, t, now)
 		out, pending = append(out, v...), append(pending, p...)
@@ -618,6 +753,28 @@ func (r *Recorder) Bound(name string) int {
 		}
 	}
 	return n
+}
+
+// conditionTrueSince is the lastTransitionTime of a True condition of the
+// pod, zero if it is not True.
+func conditionTrueSince(p *corev1.Pod, typ corev1.PodConditionType) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// unschedulableMark is the PodScheduled=False/Unschedulable condition as
+// the scheduler wrote it (reason, message and times), or "".
+func unschedulableMark(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return fmt.Sprintf("%s (%s, probed %s)", c.Message, c.LastTransitionTime.UTC().Format(time.RFC3339), c.LastProbeTime.UTC().Format(time.RFC3339))
+		}
+	}
+	return ""
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -62,7 +62,9 @@ func gpuCluster(name string, workers int32, rv int, phase gpulabv1alpha1.Cluster
 	}
 }
 
-func newTestRecorder() *Recorder { return newRecorder(RecorderInput{PartialGrace: grace}) }
+func newTestRecorder() *Recorder {
+	return newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace})
+}
 
 // withPodGroups gives each cluster a PodGroup created before anything
 // else (revision 0), for tests about other invariants.
@@ -326,5 +328,105 @@ func TestFollowIgnoresOtherClusters(t *testing.T) {
 		if _, seen := r.Timelines()["theirs"]; seen != (tc.follow == nil) {
 			t.Errorf("%s: the other cluster recorded: %v", tc.name, seen)
 		}
+	}
+}
+
+// bind marks p bound to node at server time at (PodScheduled=True), as
+// the API server's binding does.
+func bind(p *corev1.Pod, node string, at time.Time) *corev1.Pod {
+	p.Spec.NodeName = node
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)})
+	return p
+}
+
+// markUnschedulable is a scheduler's verdict on p, as it writes it.
+func markUnschedulable(p *corev1.Pod, msg string) *corev1.Pod {
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}}
+	return p
+}
+
+// Binds of one decision landing seconds apart on a saturated API server
+// are in flight, not a partial placement, however long the whole takes.
+func TestBindsInFlightAreNotPartialPlacement(t *testing.T) {
+	r := withPodGroups(newTestRecorder(), "g")
+	r.Expect("g", 3, t0)
+	for i, uid := range []string{"a", "b", "c"} {
+		r.event(pod("g", strconv.Itoa(i), uid, "", i+1), added, at(0))
+	}
+	// Each bind 0.8 s after the last (stall limit 1 s): 1.6 s partly bound.
+	for i, uid := range []string{"a", "b", "c"} {
+		r.event(pod("g", strconv.Itoa(i), uid, "n", 10+i), updated, at(time.Duration(i)*800*time.Millisecond))
+	}
+	if v, p := r.judge(at(10 * time.Second)); len(v) != 0 || len(p) != 0 {
+		t.Fatalf("violations %v, pending %v; want none for binds in flight", v, p)
+	}
+	if d := r.LongestPartial(at(time.Minute)); d != 1600*time.Millisecond {
+		t.Errorf("longest partial binding %s, want 1.6s", d)
+	}
+}
+
+// A member the scheduler marks unschedulable after the gang's first bind
+// was left out of the placement: caught at once, no grace. A mark written
+// before the first bind (an earlier session's) is not.
+func TestUnschedulableAfterFirstBindIsPartialPlacement(t *testing.T) {
+	r := withPodGroups(newTestRecorder(), "g", "h")
+	r.Expect("g", 2, t0)
+	r.event(pod("g", "0", "a", "", 1), added, at(0))
+	r.event(markUnschedulable(pod("g", "1", "b", "", 2), "0/4 nodes are available"), added, at(0))
+	r.event(pod("g", "0", "a", "n0", 3), updated, at(0))
+	if v, p := r.judge(at(100 * time.Millisecond)); len(v) != 0 || len(p) != 1 {
+		t.Fatalf("a stale mark: violations %v, pending %v; want g pending", v, p)
+	}
+	r.event(markUnschedulable(pod("g", "1", "b", "", 4), "1/2 tasks in gang unschedulable"), updated, at(200*time.Millisecond))
+	wantViolation(t, violations(r, at(200*time.Millisecond)), "g", "marked unschedulable")
+
+	r.Expect("h", 2, t0)
+	r.event(markUnschedulable(pod("h", "0", "c", "", 5), "0/4 nodes are available"), added, at(0))
+	r.event(markUnschedulable(pod("h", "1", "d", "", 6), "0/4 nodes are available"), added, at(0))
+	r.event(bind(pod("h", "0", "c", "n0", 7), "n0", t0), updated, at(0))
+	r.event(bind(pod("h", "1", "d", "n1", 8), "n1", t0), updated, at(0))
+	if v := violations(r, at(time.Minute)); len(v) != 1 || v[0].Cluster != "g" {
+		t.Errorf("violations %v, want g's only", v)
+	}
+}
+
+// Milestones are the watch receipt capped at a second past the server's
+// time for them: a watch that lags does not stretch the phases, and the
+// lag is kept as the cross-check.
+func TestMilestonesAreServerBounded(t *testing.T) {
+	r := newTestRecorder()
+	created := t0.Add(10 * time.Second) // the server's seconds
+	gc := gpuCluster("g", 1, 1, gpulabv1alpha1.ClusterPending)
+	gc.CreationTimestamp = metav1.NewTime(created)
+	r.Expect("g", 2, t0) // the client's send time, before any throttling
+	r.event(gc, added, created.Add(3*time.Second))
+	pg := podGroup("g", 2)
+	pg.CreationTimestamp = metav1.NewTime(created)
+	r.event(pg, added, created.Add(300*time.Millisecond)) // within the second: the receipt
+	a, b := pod("g", "0", "a", "", 3), pod("g", "1", "b", "", 4)
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(created), metav1.NewTime(created.Add(time.Second))
+	r.event(a, added, created.Add(400*time.Millisecond))
+	r.event(b, added, created.Add(1500*time.Millisecond))
+	r.event(bind(a.DeepCopy(), "n0", created.Add(2*time.Second)), updated, created.Add(2100*time.Millisecond))
+	r.event(bind(b.DeepCopy(), "n1", created.Add(4*time.Second)), updated, created.Add(9*time.Second))
+	tl := r.Timelines()["g"]
+	for _, c := range []struct {
+		name      string
+		got, want time.Time
+	}{
+		{"created", tl.Created, created.Add(time.Second)},
+		{"podgroup", tl.PodGroup, created.Add(300 * time.Millisecond)},
+		{"pods created", tl.PodsCreated, created.Add(1500 * time.Millisecond)},
+		{"all bound", tl.AllBound, created.Add(5 * time.Second)},
+	} {
+		if !c.got.Equal(c.want) {
+			t.Errorf("%s at %s, want %s", c.name, c.got.Sub(created), c.want.Sub(created))
+		}
+	}
+	if tl.WatchLag != 4*time.Second {
+		t.Errorf("watch lag %s, want 4s (the bind's event 5s after its second began)", tl.WatchLag)
+	}
+	if tl.BindSpread != 2900*time.Millisecond {
+		t.Errorf("bind spread %s, want 2.9s (2.1s to the 5s cap)", tl.BindSpread)
 	}
 }

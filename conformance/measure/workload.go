@@ -1,6 +1,8 @@
 package measure
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,6 +36,9 @@ type WorkloadState struct {
 	// Ready is its own status saying the gang is ready (the StatusReady
 	// milestone).
 	Ready bool
+	// ReadyAt is when the status says it became Ready, where it records
+	// that (gpulab's status.readyTime); zero otherwise.
+	ReadyAt time.Time
 	// Claim says the status is a Ready claim the suite holds to the pods:
 	// gpulab's Ready means every pod is Ready. KubeRay's and Volcano's
 	// states promise less (running, not Ready), so they are not judged.
@@ -69,7 +74,11 @@ func (GPUClusters) Read(obj client.Object) WorkloadState {
 		desired += int(g.Replicas)
 	}
 	claims := gc.Status.Phase == gpulabv1alpha1.ClusterReady || isConditionTrue(gc.Status.Conditions, gpulabv1alpha1.ConditionReady)
-	return WorkloadState{Desired: desired, Ready: gc.Status.Phase == gpulabv1alpha1.ClusterReady, Claim: claims}
+	st := WorkloadState{Desired: desired, Ready: gc.Status.Phase == gpulabv1alpha1.ClusterReady, Claim: claims}
+	if st.Ready {
+		st.ReadyAt = readyConditionSince(gc.Status.Conditions)
+	}
+	return st
 }
 
 // Slot is gang/group/index, from the labels the operator sets.
@@ -145,6 +154,18 @@ func (RayClusters) Read(obj client.Object) WorkloadState {
 // Slot is the pod's own name: KubeRay names worker pods with random
 // suffixes, so a RayCluster has no stable places to hold twice.
 func (RayClusters) Slot(gang string, p *corev1.Pod) string { return gang + "/" + p.Name }
+
+// readyConditionSince is when the Ready condition turned True: the
+// status's own time for status Ready (readyTime is the pods', not the
+// status's).
+func readyConditionSince(conds []metav1.Condition) time.Time {
+	for _, c := range conds {
+		if c.Type == gpulabv1alpha1.ConditionReady && c.Status == metav1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
 
 func isConditionTrue(conds []metav1.Condition, typ string) bool {
 	for _, c := range conds {

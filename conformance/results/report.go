@@ -99,7 +99,7 @@ func (r *Results) Markdown() string {
 	if len(r.Measurements) > 0 {
 		b.WriteString("\n| measurement | unit | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n")
 		for _, m := range r.Measurements {
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s |\n", m.Key(), m.Unit, m.Samples, num(m.P50), num(m.P90), num(m.P99), num(m.Max))
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s |\n", m.Key(), m.Unit, m.Samples, num(m.P50), num(m.P90), p99Cell(m), num(m.Max))
 		}
 	}
 	return b.String()
@@ -150,4 +150,21 @@ func gpus(by map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%d× %s", by[k], k))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// MinSamplesForP99 is the fewest samples whose nearest-rank p99 is not
+// simply their maximum.
+const MinSamplesForP99 = 100
+
+// HasP99 says whether m's p99 is a p99: a distribution of fewer than
+// MinSamplesForP99 samples has only a maximum there.
+func (m Measurement) HasP99() bool { return m.Samples == 1 || m.Samples >= MinSamplesForP99 }
+
+// p99Cell is m's p99, or its maximum labelled so where there are too few
+// samples for a p99.
+func p99Cell(m Measurement) string {
+	if m.HasP99() {
+		return num(m.P99)
+	}
+	return fmt.Sprintf("max %s (n<%d)", num(m.Max), MinSamplesForP99)
 }
