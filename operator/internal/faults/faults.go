@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,6 +58,18 @@ const (
 // Names lists every fault, in the order above.
 var Names = []string{PodsBeforePodGroup, DuplicatePod, WrongMinMember, PodAfterPodGroupDeleted, ReadyEarly}
 
+// SlowPodCreate breaks no invariant: it waits DelayEnvVar (default
+// DefaultSlowPodCreateDelay) before each pod create, a planted slowdown
+// that the nightly's noise-aware compare must flag.
+const SlowPodCreate = "slow-pod-create"
+
+// DelayEnvVar sets SlowPodCreate's wait, as a Go duration.
+const DelayEnvVar = "GPULAB_PLANTED_DELAY"
+
+// DefaultSlowPodCreateDelay is SlowPodCreate's wait when DelayEnvVar is
+// unset.
+const DefaultSlowPodCreateDelay = 100 * time.Millisecond
+
 // NewClientFunc returns a ctrl.Options.NewClient that builds the manager's
 // usual client (cache reads, direct writes) and wraps it with fault; nil
 // for no fault, an error for an unknown one.
@@ -98,8 +112,42 @@ func funcsFor(fault string) (interceptor.Funcs, error) {
 		return interceptor.Funcs{Create: g.deletePodGroupBeforeFirstPod}, nil
 	case ReadyEarly:
 		return interceptor.Funcs{SubResourceUpdate: claimReady, Create: g.claimReadyAtFirstPod}, nil
+	case SlowPodCreate:
+		delay, err := slowPodCreateDelay(os.Getenv(DelayEnvVar))
+		if err != nil {
+			return interceptor.Funcs{}, err
+		}
+		return interceptor.Funcs{Create: delayPodCreate(delay)}, nil
 	}
-	return interceptor.Funcs{}, fmt.Errorf("unknown %s %q: want one of %s", EnvVar, fault, strings.Join(Names, ", "))
+	return interceptor.Funcs{}, fmt.Errorf("unknown %s %q: want one of %s", EnvVar, fault, strings.Join(append(slices.Clone(Names), SlowPodCreate), ", "))
+}
+
+func slowPodCreateDelay(s string) (time.Duration, error) {
+	if s == "" {
+		return DefaultSlowPodCreateDelay, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive Go duration such as 80ms", DelayEnvVar, s)
+	}
+	return d, nil
+}
+
+// delayPodCreate waits before each pod create, as a slower operator
+// would; the context still cancels the wait.
+func delayPodCreate(delay time.Duration) func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+	return func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*corev1.Pod); ok {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		return c.Create(ctx, obj, opts...)
+	}
 }
 
 // gangs remembers which gangs a fault has already hit: each fault strikes

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -232,5 +233,27 @@ func TestReadyEarly(t *testing.T) {
 		if got.Status.Phase != want || claims != (want == gpulabv1alpha1.ClusterReady) {
 			t.Errorf("status written as %s became phase %s, Ready=%v; want %s", phase, got.Status.Phase, claims, want)
 		}
+	}
+}
+
+// SlowPodCreate waits before pod creates only: with the context already
+// cancelled a pod create gives up uncreated while a PodGroup is created.
+func TestSlowPodCreate(t *testing.T) {
+	t.Setenv(DelayEnvVar, "1h")
+	c, base := wrapped(t, SlowPodCreate)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Create(ctx, gangPod("a", "a-head")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("pod create with a cancelled wait: %v, want context.Canceled", err)
+	}
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "a-head"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod was created despite the cancelled wait: %v", err)
+	}
+	if err := c.Create(ctx, podGroup("a")); err != nil {
+		t.Errorf("PodGroup create waited: %v", err)
+	}
+	t.Setenv(DelayEnvVar, "soon")
+	if _, err := NewClientFunc(SlowPodCreate); err == nil || !strings.Contains(err.Error(), DelayEnvVar) {
+		t.Errorf("a bad delay: %v, want an error naming %s", err, DelayEnvVar)
 	}
 }
