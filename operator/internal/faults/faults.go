@@ -8,8 +8,8 @@ package faults
 import (
 	"context"
 	"fmt"
-	"slices"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
