@@ -2,48 +2,145 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
-// baselineCommand makes a run the baseline later runs are compared with:
-// baseline --from RUN/results.json --to conformance/baselines/local.json.
-// Exit 0 when written, 1 when the run may not be a baseline or the file
+const baselineUsage = "gpulab-conformance baseline --to conformance/baselines/NAME [--allow-partial] [--allow-different] RUN... (or --from RUN)\n" +
+	"  --to a directory: the baseline set, each RUN (a results.json, or a directory searched for them, medians skipped) as DIR/run-<i>/results.json and DIR/baseline.json\n" +
+	"  --to a .json file: one run (the form before baseline sets)"
+
+// baselineCommand makes runs the baseline later runs are compared with:
+// baseline --to conformance/baselines/local RUN..., a directory holding
+// each run, or baseline --from RUN/results.json --to NAME.json, one file.
+// Exit 0 when written, 1 when a run may not be a baseline or the baseline
 // cannot be written, 2 on bad usage or a run it cannot read.
 func baselineCommand(args []string, stdout, stderr io.Writer) int {
-	const usage = "gpulab-conformance baseline --from RUN/results.json --to conformance/baselines/NAME.json [--allow-partial]"
-	fs := newCommandFlags("baseline", stderr, usage)
-	from := fs.String("from", "", "results.json of the run to promote (required)")
-	to := fs.String("to", "", "baseline file to write (required)")
+	fs := newCommandFlags("baseline", stderr, baselineUsage)
+	var from pathsFlag
+	fs.Var(&from, "from", "a run to promote, `PATH`: results.json, or a directory of runs (repeat for several, or name them after the flags)")
+	to := fs.String("to", "", "baseline directory, or .json file for a single run, to write (required)")
 	allowPartial := fs.Bool("allow-partial", false, "promote a PARTIAL run (some assessment skipped)")
-	if code, ok := parseCommandFlags(fs, args); !ok {
+	allowDifferent := fs.Bool("allow-different", false, "promote runs that differ in scale, workload, profile, scheduler or host class")
+	positional, code, ok := parseInterspersed(fs, args)
+	if !ok {
 		return code
 	}
-	if *from == "" || *to == "" || fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "usage: %s\n", usage)
+	from = append(from, positional...)
+	if len(from) == 0 || *to == "" {
+		fmt.Fprintf(stderr, "usage: %s\n", baselineUsage)
 		return results.ExitUsage
 	}
-	run, err := results.Read(*from)
+	runs, skipped, err := results.ReadRuns(from...)
 	if err != nil {
 		fmt.Fprintf(stderr, "reading the run: %v\n", err)
 		return results.ExitUsage
 	}
-	base, err := results.Promote(run, results.PromoteOptions{AllowPartial: *allowPartial})
+	for _, s := range skipped {
+		fmt.Fprintf(stderr, "baseline: skipped %s\n", s)
+	}
+	opts := results.PromoteOptions{AllowPartial: *allowPartial, AllowDifferent: *allowDifferent}
+	if strings.HasSuffix(*to, ".json") {
+		return promoteFile(runs, *to, opts, stdout, stderr)
+	}
+	set, err := results.PromoteRuns(runs, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s cannot be a baseline: %v\n", *from, err)
+		fmt.Fprintf(stderr, "cannot be a baseline: %v\n", err)
 		return results.ExitFailed
 	}
-	if err := writeJSONAtomic(*to, base); err != nil {
+	manifest, err := writeBaselineDir(*to, runs, set, time.Now())
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return results.ExitFailed
 	}
-	fmt.Fprintf(stdout, "baseline %s: %s run with %d measurements from %s\n", *to, base.Verdict, len(base.Measurements), *from)
+	fmt.Fprintf(stdout, "baseline %s: %d runs, promoted %s from commit %s\n", *to, len(set),
+		manifest.PromotedAt.Format(time.RFC3339), orUnknown(manifest.Commit))
+	for i, r := range manifest.Runs {
+		fmt.Fprintf(stdout, "  %s: %s run with %d measurements from %s\n", r.Path, r.Verdict, len(set[i].Measurements), r.From)
+	}
+	fmt.Fprintf(stdout, "  %s\n", results.Provenance{Environment: set[0].Environment, StartTime: set[0].StartTime})
+	if len(set) == 1 {
+		fmt.Fprintln(stdout, "  note: from one run compare forms no interval, and decides by the change alone; promote 3 or more")
+	}
+	return results.ExitPassed
+}
+
+// promoteFile writes the single-run baseline file of before baseline sets.
+func promoteFile(runs []results.Run, to string, opts results.PromoteOptions, stdout, stderr io.Writer) int {
+	if len(runs) != 1 {
+		fmt.Fprintf(stderr, "%s: a .json baseline holds one run, and %d were given; give --to a directory for a baseline set\n", to, len(runs))
+		return results.ExitUsage
+	}
+	base, err := results.Promote(runs[0].Results, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s cannot be a baseline: %v\n", runs[0].Path, err)
+		return results.ExitFailed
+	}
+	if err := writeJSONAtomic(to, base); err != nil {
+		fmt.Fprintln(stderr, err)
+		return results.ExitFailed
+	}
+	fmt.Fprintf(stdout, "baseline %s: %s run with %d measurements from %s\n", to, base.Verdict, len(base.Measurements), runs[0].Path)
 	fmt.Fprintf(stdout, "  %s\n", results.Provenance{Environment: base.Environment, StartTime: base.StartTime})
 	return results.ExitPassed
+}
+
+// writeBaselineDir replaces dir with a baseline set: run-<i>/results.json
+// for each run and the manifest. The set is written beside dir and renamed
+// into place, so a failure leaves the old set whole. A dir that exists
+// must be an earlier baseline set (it holds the manifest) or empty: other
+// files are never deleted.
+func writeBaselineDir(dir string, runs []results.Run, set []*results.Results, now time.Time) (results.BaselineManifest, error) {
+	var m results.BaselineManifest
+	dir = filepath.Clean(dir)
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(filepath.Join(dir, results.BaselineManifestFile)); err != nil {
+			return m, fmt.Errorf("%s exists and is not a baseline set (no %s): not replacing it", dir, results.BaselineManifestFile)
+		}
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return m, fmt.Errorf("writing %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return m, fmt.Errorf("writing %s: %w", dir, err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".*.tmp")
+	if err != nil {
+		return m, fmt.Errorf("writing %s: %w", dir, err)
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	paths := make([]string, len(set))
+	for i, base := range set {
+		paths[i] = fmt.Sprintf("run-%d/%s", i+1, results.ResultsFile)
+		if err := writeJSONAtomic(filepath.Join(tmp, filepath.FromSlash(paths[i])), base); err != nil {
+			return m, err
+		}
+	}
+	m = results.NewBaselineManifest(runs, paths, now)
+	if err := writeJSONAtomic(filepath.Join(tmp, results.BaselineManifestFile), m); err != nil {
+		return m, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return m, fmt.Errorf("writing %s: %w", dir, err)
+	}
+	old := tmp + ".old"
+	if err := os.Rename(dir, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return m, fmt.Errorf("writing %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.Rename(old, dir) // put the old set back
+		return m, fmt.Errorf("writing %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(old); err != nil {
+		return m, fmt.Errorf("removing the old set %s: %w", old, err)
+	}
+	return m, nil
 }
 
 // writeJSONAtomic writes v as indented JSON to path through a temporary
@@ -78,4 +175,11 @@ func writeJSONAtomic(path string, v any) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -8,9 +8,10 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
-// medianCommand merges repeated runs: median --out DIR run1.json run2.json ...
+// medianCommand merges repeated runs: median --out DIR run1.json run2.json
+// ... (or a directory of runs).
 func medianCommand(args []string, stdout, stderr io.Writer) int {
-	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--perfdata DIR] [--pushgateway-url URL] run1/results.json run2/results.json ..."
+	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--perfdata DIR] [--pushgateway-url URL] run1/results.json run2/results.json ... (or a directory of runs)"
 	fs := newCommandFlags("median", stderr, usage)
 	out := fs.String("out", "", "directory for the merged results.json, junit.xml, report.md and report.html")
 	clusterName := fs.String("cluster-name", "", "cluster name recorded in the merged results and its Pushgateway group")
@@ -31,14 +32,17 @@ func medianCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		*perfData = dir
 	}
-	var runs []*results.Results
-	for _, path := range fs.Args() {
-		r, err := results.Read(path)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return results.ExitUsage
-		}
-		runs = append(runs, r)
+	read, skipped, err := results.ReadRuns(fs.Args()...)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return results.ExitUsage
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(stderr, "median: skipped %s; name it to merge it\n", s)
+	}
+	runs := make([]*results.Results, len(read))
+	for i, r := range read {
+		runs[i] = r.Results
 	}
 	merged := results.Median(runs)
 	if *clusterName != "" {

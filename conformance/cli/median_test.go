@@ -40,6 +40,30 @@ func TestMedianCommand(t *testing.T) {
 	}
 }
 
+// TestMedianCommandDirectory: a directory stands for the runs under it;
+// the merged results say how many runs they merged.
+func TestMedianCommandDirectory(t *testing.T) {
+	nightly := t.TempDir()
+	writeRuns(t, nightly, nil, 1, 9, 2)
+	out := filepath.Join(nightly, "median")
+	var stdout, stderr bytes.Buffer
+	if code := medianCommand([]string{"--out", out, nightly}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	merged, err := results.Read(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if merged.Measurements[0].P99 != 2 || merged.Environment.MergedRuns != 3 {
+		t.Errorf("merged p99 %v of %d runs, want 2 of 3", merged.Measurements[0].P99, merged.Environment.MergedRuns)
+	}
+	// Run again, the median now beside the runs: it is skipped, not merged.
+	stdout.Reset()
+	if code := medianCommand([]string{"--out", t.TempDir(), nightly}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "skipped "+filepath.Join(out, "results.json")) {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
 func TestMedianCommandUsage(t *testing.T) {
 	run := writeResultsFile(t, sampleRun([]string{"latency"}, nil))
 	for name, args := range map[string][]string{

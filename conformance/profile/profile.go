@@ -380,6 +380,9 @@ func (e *Environment) Describe(ctx context.Context, scale int, clusterName strin
 	if e.Profile == "local" {
 		env.VolcanoVersion = binaries.VolcanoVersion
 	}
+	// The suite gang-schedules through Volcano unless told otherwise.
+	env.Scheduler, env.SchedulerVersion = results.SchedulerVolcano, env.VolcanoVersion
+	env.Host = results.LocalHost()
 	var nodes corev1.NodeList
 	if err := e.Client.List(ctx, &nodes); err == nil {
 		env.Nodes = len(nodes.Items)

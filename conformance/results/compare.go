@@ -1,21 +1,49 @@
 package results
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
+// DefaultMinEffect is the smallest change compare reports as a regression
+// or an improvement unless told otherwise: runs of one commit on a small
+// machine differ by more than 10%.
+const DefaultMinEffect = 0.15
+
 // CompareOptions sets what counts as a regression.
 type CompareOptions struct {
-	// MaxRegression is the allowed relative worsening of p99 (0.10 = 10%):
-	// growth, or for a rate a fall.
+	// Statistic is the value each run contributes per measurement: p50,
+	// p90, p99 or max; "" means p99.
+	Statistic string
+	// MinEffect is the smallest relative worsening that is a regression
+	// (0.15 = 15%), and the smallest improvement reported as one: smaller
+	// changes are unchanged however significant. 0 falls back to
+	// MaxRegression, and so to 0 (every significant change counts) when
+	// neither is set; the CLI's default is DefaultMinEffect.
+	MinEffect float64
+	// MinEffectFor overrides MinEffect per measurement key
+	// ("feature/name").
+	MinEffectFor map[string]float64
+	// MaxRegression is MinEffect's old name, used when MinEffect is 0.
+	//
+	// Deprecated: use MinEffect.
 	MaxRegression float64
-	// NoiseSeconds and NoiseCount are absolute growths always tolerated, so
-	// a 2 ms → 3 ms change on a laptop is not a regression.
+	// Bootstrap sets the interval: confidence (default 95%), resamples
+	// (default 10,000) and seed.
+	Bootstrap BootstrapOptions
+	// NoiseSeconds and NoiseCount are absolute changes of the median
+	// always tolerated, so a 2 ms → 3 ms change on a laptop is not a
+	// regression: NoiseSeconds for measurements in seconds, NoiseCount for
+	// every other unit. Default 0.
 	NoiseSeconds float64
 	NoiseCount   float64
 	// AllowMissing lets baseline measurements, features and assessments be
@@ -23,21 +51,105 @@ type CompareOptions struct {
 	// absence fails the comparison: a run that stopped measuring something
 	// must not pass for one that measured it and held.
 	AllowMissing bool
+	// AllowDifferent compares runs that differ in scale, workload,
+	// profile, scheduler or host class, between the sides or within one;
+	// CompareRuns refuses them otherwise. Default false.
+	AllowDifferent bool
 }
+
+// Statistics are the per-run values a comparison can use.
+var Statistics = map[string]func(Measurement) float64{
+	"p50": func(m Measurement) float64 { return m.P50 },
+	"p90": func(m Measurement) float64 { return m.P90 },
+	"p99": func(m Measurement) float64 { return m.P99 },
+	"max": func(m Measurement) float64 { return m.Max },
+}
+
+// DefaultStatistic is the per-run value compared unless told otherwise.
+const DefaultStatistic = "p99"
+
+// RowVerdict is what a comparison says of one measurement.
+type RowVerdict string
+
+const (
+	// RowRegressed: worse by at least the minimum effect, and the whole
+	// interval on the worse side of 0 (without an interval, the change
+	// alone). It fails the comparison.
+	RowRegressed RowVerdict = "regressed"
+	// RowImproved: the mirror image, better.
+	RowImproved RowVerdict = "improved"
+	// RowNotSignificant: a change of at least the minimum effect whose
+	// interval includes 0: the runs disagree too much to tell.
+	RowNotSignificant RowVerdict = "not significant"
+	// RowUnchanged: a change smaller than the minimum effect or within the
+	// noise floor, significant or not.
+	RowUnchanged RowVerdict = "unchanged"
+	// RowMissing: the baseline measured it, no current run did.
+	RowMissing RowVerdict = "missing"
+)
 
 // Row is one measurement compared.
 type Row struct {
-	Key                string
-	Unit               string
-	Baseline, Current  float64
-	Change             float64 // relative, e.g. 0.25 = +25%
+	Key  string
+	Unit string
+	// HigherIsBetter is the measurement's direction: rates regress when
+	// they fall, everything else when it grows.
+	HigherIsBetter bool
+	// BaselineRuns and CurrentRuns count the runs of each side that
+	// measured it.
+	BaselineRuns, CurrentRuns int
+	// Baseline and Current are the medians over each side's runs of the
+	// compared statistic (p99 by default).
+	Baseline, Current float64
+	// Change is relative, e.g. 0.25 = +25% (±Inf from a zero baseline).
+	Change float64
+	// Low and High bound Change's confidence interval; HasInterval is
+	// false when a side has a single run.
+	Low, High   float64
+	HasInterval bool
+	// MinEffect is the minimum effect applied to this measurement.
+	MinEffect float64
+	Verdict   RowVerdict
+	// Note says why a large change is unchanged (the noise floor).
+	Note string
+	// Regressed and Missing repeat the verdict for callers that only ask
+	// those two questions.
 	Regressed, Missing bool
+}
+
+// Interval is the row's interval as "[+3.0%, +41.0%]", or why there is
+// none.
+func (r Row) Interval() string {
+	if r.HasInterval {
+		return "[" + percent(r.Low) + ", " + percent(r.High) + "]"
+	}
+	switch {
+	case r.BaselineRuns <= 1 && r.CurrentRuns <= 1:
+		return "no interval (1 run a side)"
+	case r.BaselineRuns <= 1:
+		return "no interval (1 baseline run)"
+	default:
+		return "no interval (1 current run)"
+	}
+}
+
+// Direction is "higher" or "lower": which way is better.
+func (r Row) Direction() string {
+	if r.HigherIsBetter {
+		return "higher"
+	}
+	return "lower"
 }
 
 // Provenance is what a comparison says about where one side came from.
 type Provenance struct {
+	// Environment is the side's first run's.
 	Environment Environment
-	StartTime   time.Time
+	// StartTime is the side's earliest start, LastStartTime its latest
+	// (zero for one run).
+	StartTime, LastStartTime time.Time
+	// Runs counts the side's runs (0 and 1 both mean one).
+	Runs int
 }
 
 // FeatureOutcome is a current feature that did not pass, with why.
@@ -47,9 +159,18 @@ type FeatureOutcome struct {
 	Messages []string
 }
 
-// Comparison is a current run checked against a baseline.
+// Comparison is current runs checked against baseline runs.
 type Comparison struct {
 	Baseline, Current Provenance
+	// Test states how rows were decided, for the reader of the output.
+	Test string
+	// Statistic is the per-run value compared (p99 by default) and
+	// Confidence the interval's level.
+	Statistic  string
+	Confidence float64
+	// Differences are what the runs differ in that would have refused the
+	// comparison, compared anyway (AllowDifferent).
+	Differences []Difference
 	// Rows are the baseline's measurements, by key, each with current's.
 	Rows []Row
 	// MissingFeatures are baseline features current lacks, by name, and
@@ -57,19 +178,21 @@ type Comparison struct {
 	// a feature both runs have lacks in current.
 	MissingFeatures    []string
 	MissingAssessments []string
-	// NotPassed are current's features that failed or are partial, in run
-	// order. A failed one fails the comparison; a partial one is only
-	// named, since the nightly job decides from each run's exit code
-	// whether partial may pass.
+	// NotPassed are current's features that failed or are partial (in any
+	// current run), in run order. A failed one fails the comparison; a
+	// partial one is only named, since the nightly job decides from each
+	// run's exit code whether partial may pass.
 	NotPassed    []FeatureOutcome
 	AllowMissing bool
 }
 
-// Regressions counts the measurements whose p99 grew past the options.
-func (c Comparison) Regressions() int {
+// Regressions counts the measurements that regressed.
+func (c Comparison) Regressions() int { return c.count(RowRegressed) }
+
+func (c Comparison) count(v RowVerdict) int {
 	n := 0
 	for _, r := range c.Rows {
-		if r.Regressed {
+		if r.Verdict == v {
 			n++
 		}
 	}
@@ -79,13 +202,7 @@ func (c Comparison) Regressions() int {
 // Missing counts the baseline measurements, features and assessments
 // current lacks.
 func (c Comparison) Missing() int {
-	n := len(c.MissingFeatures) + len(c.MissingAssessments)
-	for _, r := range c.Rows {
-		if r.Missing {
-			n++
-		}
-	}
-	return n
+	return len(c.MissingFeatures) + len(c.MissingAssessments) + c.count(RowMissing)
 }
 
 // FailedFeatures counts current's failed features.
@@ -105,57 +222,194 @@ func (c Comparison) Failed() bool {
 	return c.Regressions() > 0 || c.FailedFeatures() > 0 || (!c.AllowMissing && c.Missing() > 0)
 }
 
-// Compare checks every baseline measurement's p99 in current, and that
-// every baseline feature and assessment is in current. Larger is worse,
-// except for rates (HigherIsBetter).
+// Compare is CompareRuns for one run a side that does not refuse runs that
+// differ: it lists the differences in the comparison instead.
 func Compare(baseline, current *Results, opts CompareOptions) Comparison {
+	opts.AllowDifferent = true
+	c, _ := CompareRuns(Runs(baseline), Runs(current), opts) // never refuses
+	return c
+}
+
+// CompareRuns checks every baseline measurement in the current runs, and
+// that every baseline feature and assessment is in current.
+//
+// Each run contributes one value per measurement, its Statistic (p99 by
+// default). A measurement regressed when the relative change of the median
+// over the current runs against the median over the baseline runs is at
+// least the minimum effect in the measurement's bad direction (larger,
+// except for rates, HigherIsBetter) and the percentile bootstrap interval
+// of that change (BootstrapMedianChange) lies wholly on that side of 0.
+// With one run on a side there is no interval and the change alone
+// decides.
+//
+// It refuses, with an *IncomparableError, runs that differ in scale,
+// workload, profile, scheduler or host class (Differences), unless
+// opts.AllowDifferent.
+func CompareRuns(baseline, current []Run, opts CompareOptions) (Comparison, error) {
+	if len(baseline) == 0 || len(current) == 0 {
+		return Comparison{}, errors.New("compare needs at least one run a side")
+	}
+	diffs := Differences(baseline, current)
+	if len(diffs) > 0 && !opts.AllowDifferent {
+		return Comparison{}, &IncomparableError{Differences: diffs}
+	}
+	if opts.Statistic == "" {
+		opts.Statistic = DefaultStatistic
+	}
+	stat, ok := Statistics[opts.Statistic]
+	if !ok {
+		return Comparison{}, fmt.Errorf("statistic %q: want p50, p90, p99 or max", opts.Statistic)
+	}
+	if opts.MinEffect == 0 {
+		opts.MinEffect = opts.MaxRegression
+	}
+	opts.Bootstrap = opts.Bootstrap.withDefaults()
 	c := Comparison{
-		Baseline:     Provenance{Environment: baseline.Environment, StartTime: baseline.StartTime},
-		Current:      Provenance{Environment: current.Environment, StartTime: current.StartTime},
-		Rows:         compareMeasurements(baseline.Measurements, current.Measurements, opts),
+		Baseline:     provenance(baseline),
+		Current:      provenance(current),
+		Test:         testStatement(opts),
+		Statistic:    opts.Statistic,
+		Confidence:   opts.Bootstrap.Confidence,
+		Differences:  diffs,
+		Rows:         compareMeasurements(baseline, current, stat, opts),
 		AllowMissing: opts.AllowMissing,
 	}
-	c.MissingFeatures, c.MissingAssessments = missingFeatures(baseline.Features, current.Features)
-	for _, f := range current.Features {
+	baseFeatures, curFeatures := mergeFeatures(baseline), mergeFeatures(current)
+	c.MissingFeatures, c.MissingAssessments = missingFeatures(baseFeatures, curFeatures)
+	for _, f := range curFeatures {
 		if status := FeatureStatus(f.Assessments); status != StatusPassed {
 			c.NotPassed = append(c.NotPassed, FeatureOutcome{Name: f.Name, Status: status, Messages: f.Messages()})
 		}
 	}
-	return c
+	return c, nil
 }
 
-func compareMeasurements(baseline, current []Measurement, opts CompareOptions) []Row {
-	cur := map[string]Measurement{}
-	for _, m := range current {
-		cur[m.Key()] = m
+// testStatement is the test, as the output states it.
+func testStatement(opts CompareOptions) string {
+	return fmt.Sprintf("each run's %s; the change is that of the median over the current runs against the median over the baseline runs, "+
+		"with a %s percentile bootstrap interval (runs resampled within each side, %d resamples, seed %d); "+
+		"regressed = the interval wholly on the worse side of 0 and a change of at least the minimum effect "+
+		"(one run a side: the change alone)",
+		opts.Statistic, percent0(opts.Bootstrap.Confidence), opts.Bootstrap.Resamples, opts.Bootstrap.Seed)
+}
+
+func provenance(runs []Run) Provenance {
+	p := Provenance{Environment: runs[0].Environment, StartTime: runs[0].StartTime, Runs: len(runs)}
+	if len(runs) == 1 {
+		return p
 	}
+	p.LastStartTime = runs[0].StartTime
+	for _, r := range runs[1:] {
+		if r.StartTime.Before(p.StartTime) {
+			p.StartTime = r.StartTime
+		}
+		if r.StartTime.After(p.LastStartTime) {
+			p.LastStartTime = r.StartTime
+		}
+	}
+	return p
+}
+
+// mergeFeatures is the runs' features by name in first-seen order, each
+// assessment with its worst outcome over the runs.
+func mergeFeatures(runs []Run) []Feature {
+	features := map[string]*Feature{}
+	var order []string
+	for _, r := range runs {
+		for _, f := range r.Features {
+			merged, ok := features[f.Name]
+			if !ok {
+				copied := f
+				copied.Assessments = nil
+				merged = &copied
+				features[f.Name] = merged
+				order = append(order, f.Name)
+			}
+			for _, a := range f.Assessments {
+				mergeAssessment(merged, a)
+			}
+		}
+	}
+	out := make([]Feature, 0, len(order))
+	for _, name := range order {
+		f := *features[name]
+		f.Status = FeatureStatus(f.Assessments)
+		out = append(out, f)
+	}
+	return out
+}
+
+// valuesByKey is each measurement key's values over runs (one per run
+// that has it), with the first measurement of each key.
+func valuesByKey(runs []Run, stat func(Measurement) float64) (map[string][]float64, map[string]Measurement) {
+	vals, first := map[string][]float64{}, map[string]Measurement{}
+	for _, r := range runs {
+		for _, m := range r.Measurements {
+			if _, ok := first[m.Key()]; !ok {
+				first[m.Key()] = m
+			}
+			vals[m.Key()] = append(vals[m.Key()], stat(m))
+		}
+	}
+	return vals, first
+}
+
+func compareMeasurements(baseline, current []Run, stat func(Measurement) float64, opts CompareOptions) []Row {
+	base, first := valuesByKey(baseline, stat)
+	cur, _ := valuesByKey(current, stat)
 	var rows []Row
-	for _, b := range baseline {
-		row := Row{Key: b.Key(), Unit: b.Unit, Baseline: b.P99}
-		c, ok := cur[b.Key()]
-		if !ok {
-			row.Missing = true
+	for key, b := range base {
+		m := first[key]
+		row := Row{Key: key, Unit: m.Unit, HigherIsBetter: HigherIsBetter(m.Unit), BaselineRuns: len(b), MinEffect: opts.MinEffect}
+		if v, ok := opts.MinEffectFor[key]; ok {
+			row.MinEffect = v
+		}
+		row.Baseline = median(slices.Clone(b))
+		c := cur[key]
+		if len(c) == 0 {
+			row.Verdict, row.Missing = RowMissing, true
 			rows = append(rows, row)
 			continue
 		}
-		row.Current = c.P99
-		if b.P99 != 0 {
-			row.Change = (c.P99 - b.P99) / b.P99
-		}
+		row.CurrentRuns = len(c)
+		row.Current = median(slices.Clone(c))
+		row.Change = relativeChange(row.Baseline, row.Current)
+		row.Low, row.High, row.HasInterval = BootstrapMedianChange(b, c, opts.Bootstrap)
 		noise := opts.NoiseCount
-		if b.Unit == "seconds" {
+		if m.Unit == "seconds" {
 			noise = opts.NoiseSeconds
 		}
-		// How much worse current is: it grew, or for a rate it fell.
-		worse := c.P99 - b.P99
-		if HigherIsBetter(b.Unit) {
-			worse = -worse
-		}
-		row.Regressed = worse > noise && worse > b.P99*opts.MaxRegression
+		row.Verdict, row.Note = decide(row, noise)
+		row.Regressed = row.Verdict == RowRegressed
 		rows = append(rows, row)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
 	return rows
+}
+
+// decide is a row's verdict. worse is the change in the bad direction, so
+// a regression is always worse > 0, whichever way the measurement goes.
+func decide(r Row, noise float64) (RowVerdict, string) {
+	worse, low, high := r.Change, r.Low, r.High
+	if r.HigherIsBetter {
+		worse, low, high = -r.Change, -r.High, -r.Low
+	}
+	switch {
+	case math.Abs(r.Current-r.Baseline) <= noise:
+		return RowUnchanged, "within the noise floor"
+	case math.Abs(worse) < r.MinEffect:
+		return RowUnchanged, ""
+	case !r.HasInterval && worse > 0:
+		return RowRegressed, ""
+	case !r.HasInterval:
+		return RowImproved, ""
+	case worse > 0 && low > 0:
+		return RowRegressed, ""
+	case worse < 0 && high < 0:
+		return RowImproved, ""
+	default:
+		return RowNotSignificant, ""
+	}
 }
 
 // HigherIsBetter says whether a unit is a rate (gangs/s), which regresses
@@ -196,27 +450,43 @@ func missingFeatures(baseline, current []Feature) (features, assessments []strin
 	return features, assessments
 }
 
-// PrintComparison writes where both sides came from, the measurements as a
-// table, what is missing and which current features did not pass, and a
-// last line with the outcome. It returns whether the comparison failed.
+// PrintComparison writes where both sides came from, the test, what the
+// runs differ in (when allowed), the measurements as a table, what is
+// missing and which current features did not pass, and a last line with
+// the outcome. It returns whether the comparison failed.
 func PrintComparison(w io.Writer, c Comparison) (failed bool) {
 	fmt.Fprintf(w, "baseline: %s\n", c.Baseline)
-	fmt.Fprintf(w, "current:  %s\n\n", c.Current)
+	fmt.Fprintf(w, "current:  %s\n", c.Current)
+	if c.Test != "" {
+		fmt.Fprintf(w, "test:     %s\n", c.Test)
+	}
+	for _, d := range c.Differences {
+		fmt.Fprintf(w, "differs (compared anyway): %s\n", d)
+	}
+	fmt.Fprintln(w)
 	missing := "MISSING"
 	if c.AllowMissing {
 		missing = "missing (allowed)"
 	}
+	stat := cmp.Or(c.Statistic, DefaultStatistic)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASUREMENT\tUNIT\tBASELINE p99\tCURRENT p99\tCHANGE\tVERDICT")
+	fmt.Fprintf(tw, "MEASUREMENT\tUNIT\tBETTER\tRUNS B/C\tBASELINE %s\tCURRENT %s\tCHANGE\t%s INTERVAL\tMIN EFFECT\tVERDICT\n",
+		stat, stat, percent0(cmp.Or(c.Confidence, DefaultConfidence)))
 	for _, r := range c.Rows {
-		switch {
-		case r.Missing:
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t%s\n", r.Key, r.Unit, num(r.Baseline), missing)
-		case r.Regressed:
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.1f%%\tREGRESSION\n", r.Key, r.Unit, num(r.Baseline), num(r.Current), r.Change*100)
-		default:
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%+.1f%%\tok\n", r.Key, r.Unit, num(r.Baseline), num(r.Current), r.Change*100)
+		runs := fmt.Sprintf("%d/%d", r.BaselineRuns, r.CurrentRuns)
+		if r.Missing {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t%s\t%s\n", r.Key, r.Unit, r.Direction(), runs, num(r.Baseline), percent0(r.MinEffect), missing)
+			continue
 		}
+		verdict := string(r.Verdict)
+		if r.Verdict == RowRegressed {
+			verdict = "REGRESSION"
+		}
+		if r.Note != "" {
+			verdict += " (" + r.Note + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.Unit, r.Direction(), runs,
+			num(r.Baseline), num(r.Current), percent(r.Change), r.Interval(), percent0(r.MinEffect), verdict)
 	}
 	_ = tw.Flush()
 	for _, f := range c.MissingFeatures {
@@ -237,23 +507,54 @@ func PrintComparison(w io.Writer, c Comparison) (failed bool) {
 		fmt.Fprintf(w, "comparison: FAILED (%d regressed, %d missing%s, %d failed features)\n",
 			c.Regressions(), c.Missing(), allowed, c.FailedFeatures())
 	} else {
-		fmt.Fprintln(w, "comparison: ok")
+		fmt.Fprintf(w, "comparison: ok (%d improved, %d not significant, %d unchanged)\n",
+			c.count(RowImproved), c.count(RowNotSignificant), c.count(RowUnchanged))
 	}
 	return failed
 }
 
-// String is one line naming the run: profile, cluster, suite and operator
-// builds, and start, each "unknown" where the run did not record it.
+// percent is a signed percentage with one decimal: +12.5%, -3.0%, +inf%.
+func percent(v float64) string {
+	if math.IsInf(v, 0) {
+		if v > 0 {
+			return "+inf%"
+		}
+		return "-inf%"
+	}
+	return fmt.Sprintf("%+.1f%%", v*100)
+}
+
+// percent0 is an unsigned percentage without needless decimals: 15%, 2.5%.
+func percent0(v float64) string {
+	return strconv.FormatFloat(math.Round(v*100*1000)/1000, 'f', -1, 64) + "%"
+}
+
+// String is one line naming the side: how many runs, profile, workload,
+// cluster, suite and operator builds, scheduler, host and start, each
+// "unknown" where the runs did not record it.
 func (p Provenance) String() string {
 	e := p.Environment
 	start := "unknown"
 	if !p.StartTime.IsZero() {
 		start = p.StartTime.UTC().Format(time.RFC3339)
+		if !p.LastStartTime.IsZero() && !p.LastStartTime.Equal(p.StartTime) {
+			start += " to " + p.LastStartTime.UTC().Format(time.RFC3339)
+		}
 	}
-	workload := e.WorkloadName()
-	return fmt.Sprintf("profile %s, workload %s, cluster %s, suite %s (commit %s), operator %s (commit %s), started %s",
-		orUnknown(e.Profile), workload, orUnknown(e.ClusterName), orUnknown(e.SuiteVersion), orUnknown(e.SuiteCommit),
-		orUnknown(e.OperatorVersion), orUnknown(e.OperatorCommit), start)
+	runs := ""
+	if p.Runs > 1 {
+		runs = fmt.Sprintf("%d runs, ", p.Runs)
+	}
+	if e.MergedRuns > 0 {
+		runs += fmt.Sprintf("a median of %d runs, ", e.MergedRuns)
+	}
+	scheduler := e.SchedulerName()
+	if e.SchedulerVersion != "" {
+		scheduler += " " + e.SchedulerVersion
+	}
+	return fmt.Sprintf("%sprofile %s, workload %s, scale %d, cluster %s, suite %s (commit %s), operator %s (commit %s), scheduler %s, host %s, started %s",
+		runs, orUnknown(e.Profile), e.WorkloadName(), e.Scale, orUnknown(e.ClusterName), orUnknown(e.SuiteVersion), orUnknown(e.SuiteCommit),
+		orUnknown(e.OperatorVersion), orUnknown(e.OperatorCommit), scheduler, e.Host, start)
 }
 
 func orUnknown(s string) string {
@@ -266,39 +567,27 @@ func orUnknown(s string) string {
 // Median merges repeated runs into one: each measurement's percentiles are
 // the median over the runs that have it, and each assessment keeps its
 // worst outcome over the runs (failed over skipped over passed), so a
-// feature passes only if it passed in every run. Nightly jobs compare this
-// against the baseline, so one noisy run neither hides nor fakes a
-// regression.
+// feature passes only if it passed in every run. The merged results record
+// how many runs they merged (MergedRuns). They are for reports, dashboards
+// and PerfData; compare takes the runs themselves, since their spread is
+// what tells a regression from noise.
 func Median(runs []*Results) *Results {
 	if len(runs) == 0 {
 		return nil
 	}
 	out := *runs[0]
 	out.Features, out.Measurements, out.Evidence = nil, nil, nil
-	features := map[string]*Feature{}
-	var order []string
+	out.Environment.MergedRuns = 0
 	byKey := map[string][]Measurement{}
 	var keys []string
 	for _, r := range runs {
+		out.Environment.MergedRuns += max(r.Environment.MergedRuns, 1)
 		// The merged run spans all of them, in whatever order they came.
 		if r.StartTime.Before(out.StartTime) {
 			out.StartTime = r.StartTime
 		}
 		if r.EndTime.After(out.EndTime) {
 			out.EndTime = r.EndTime
-		}
-		for _, f := range r.Features {
-			merged, ok := features[f.Name]
-			if !ok {
-				copied := f
-				copied.Assessments = nil
-				merged = &copied
-				features[f.Name] = merged
-				order = append(order, f.Name)
-			}
-			for _, a := range f.Assessments {
-				mergeAssessment(merged, a)
-			}
 		}
 		for _, m := range r.Measurements {
 			if _, seen := byKey[m.Key()]; !seen {
@@ -307,9 +596,7 @@ func Median(runs []*Results) *Results {
 			byKey[m.Key()] = append(byKey[m.Key()], m)
 		}
 	}
-	for _, name := range order {
-		out.Features = append(out.Features, *features[name])
-	}
+	out.Features = mergeFeatures(Runs(runs...))
 	for _, k := range keys {
 		ms := byKey[k]
 		med := func(get func(Measurement) float64) float64 {
@@ -317,14 +604,9 @@ func Median(runs []*Results) *Results {
 			for i, m := range ms {
 				vals[i] = get(m)
 			}
-			sort.Float64s(vals)
 			// Of an even count, the mean of the two middle values: the
 			// lower one alone would favour the faster half of the runs.
-			mid := len(vals) / 2
-			if len(vals)%2 == 0 {
-				return (vals[mid-1] + vals[mid]) / 2
-			}
-			return vals[mid]
+			return median(vals)
 		}
 		m := ms[0]
 		m.P50 = med(func(m Measurement) float64 { return m.P50 })

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 )
 
 // PromoteOptions sets which runs may become a baseline.
@@ -12,6 +13,10 @@ type PromoteOptions struct {
 	// AllowPartial accepts a PARTIAL run (some assessment skipped), for a
 	// cluster that can never run every assessment.
 	AllowPartial bool
+	// AllowDifferent accepts (PromoteRuns) runs that differ in scale,
+	// workload, profile, scheduler or host class, which compare would then
+	// refuse to compare with each other. Default false.
+	AllowDifferent bool
 }
 
 // ErrNoMeasurements is a run that measured nothing, so a baseline made from
@@ -79,4 +84,79 @@ func cloneFeatures(fs []Feature) []Feature {
 		out[i] = f
 	}
 	return out
+}
+
+// PromoteRuns makes several runs one baseline set, each run promoted by
+// Promote. It refuses merged results (a median: the set must hold runs,
+// whose spread is what compare weighs a change against) and runs that
+// differ in what compare requires to match (Differences), unless
+// opts.AllowDifferent. Every refusal is named, with its run's path.
+func PromoteRuns(runs []Run, opts PromoteOptions) ([]*Results, error) {
+	if len(runs) == 0 {
+		return nil, errors.New("no runs to promote")
+	}
+	var errs []error
+	out := make([]*Results, 0, len(runs))
+	for _, r := range runs {
+		if r.Results != nil && r.Environment.MergedRuns > 0 {
+			errs = append(errs, fmt.Errorf("%s: a median of %d runs, not a run; promote the runs themselves", r.Path, r.Environment.MergedRuns))
+			continue
+		}
+		base, err := Promote(r.Results, opts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.Path, err))
+			continue
+		}
+		out = append(out, base)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if diffs := Differences(runs, nil); len(diffs) > 0 && !opts.AllowDifferent {
+		return nil, &IncomparableError{Differences: diffs}
+	}
+	return out, nil
+}
+
+// BaselineManifestFile names the manifest of a baseline directory.
+const BaselineManifestFile = "baseline.json"
+
+// BaselineManifest says when a baseline set was promoted, from which
+// commit and from which runs. It is written beside the runs, which a
+// baseline directory holds as run-<i>/results.json.
+type BaselineManifest struct {
+	PromotedAt time.Time `json:"promotedAt"`
+	// Commit is the suite commit the runs recorded, when they agree
+	// (empty otherwise; each run names its own).
+	Commit string        `json:"commit,omitempty"`
+	Runs   []BaselineRun `json:"runs"`
+}
+
+// BaselineRun is one run of a baseline set.
+type BaselineRun struct {
+	// Path is the run's results.json, relative to the baseline directory.
+	Path string `json:"path"`
+	// From is where it was promoted from.
+	From           string    `json:"from"`
+	Verdict        Verdict   `json:"verdict"`
+	StartTime      time.Time `json:"startTime"`
+	SuiteCommit    string    `json:"suiteCommit,omitempty"`
+	OperatorCommit string    `json:"operatorCommit,omitempty"`
+}
+
+// NewBaselineManifest describes runs promoted at now; paths are where each
+// is written, relative to the baseline directory.
+func NewBaselineManifest(runs []Run, paths []string, now time.Time) BaselineManifest {
+	m := BaselineManifest{PromotedAt: now.UTC()}
+	commits := map[string]bool{}
+	for i, r := range runs {
+		e := r.Environment
+		m.Runs = append(m.Runs, BaselineRun{Path: paths[i], From: r.Path, Verdict: r.Verdict, StartTime: r.StartTime,
+			SuiteCommit: e.SuiteCommit, OperatorCommit: e.OperatorCommit})
+		commits[e.SuiteCommit] = true
+	}
+	if len(commits) == 1 {
+		m.Commit = runs[0].Environment.SuiteCommit
+	}
+	return m
 }

@@ -69,3 +69,75 @@ func TestPromoteNeedsMeasurements(t *testing.T) {
 		t.Errorf("Promote of a run without measurements: %v, want ErrNoMeasurements", err)
 	}
 }
+
+func TestPromoteRuns(t *testing.T) {
+	run := func(status Status, change func(*Environment)) *Results {
+		r := &Results{SchemaVersion: SchemaVersion, Environment: Environment{Profile: "local", Scale: 100, SuiteCommit: "abc1234"},
+			Features:     []Feature{{Name: "gang", Assessments: []Assessment{{Name: "fits", Status: status, Reason: "why"}}}},
+			Measurements: []Measurement{Value("latency", "ready", "seconds", 1)}}
+		if change != nil {
+			change(&r.Environment)
+		}
+		r.Finalize()
+		return r
+	}
+	named := func(rs ...*Results) []Run {
+		runs := Runs(rs...)
+		for i := range runs {
+			runs[i].Path = "nightly/run-" + string(rune('1'+i)) + "/results.json"
+		}
+		return runs
+	}
+	set, err := PromoteRuns(named(run(StatusPassed, nil), run(StatusPassed, nil), run(StatusPassed, nil)), PromoteOptions{})
+	if err != nil || len(set) != 3 {
+		t.Fatalf("three passed runs: %d promoted, %v", len(set), err)
+	}
+	for _, tc := range []struct {
+		name string
+		runs []Run
+		opts PromoteOptions
+		want []string // substrings of the error; nil for success
+	}{
+		{"a failed run is named", named(run(StatusPassed, nil), run(StatusFailed, nil)), PromoteOptions{}, []string{"nightly/run-2/results.json: the run is FAILED"}},
+		{"a median is not a run", named(run(StatusPassed, nil), run(StatusPassed, func(e *Environment) { e.MergedRuns = 3 })), PromoteOptions{},
+			[]string{"nightly/run-2/results.json: a median of 3 runs"}},
+		{"runs that compare would refuse", named(run(StatusPassed, nil), run(StatusPassed, func(e *Environment) { e.Scale = 10 })), PromoteOptions{},
+			[]string{"baseline runs differ in scale N: nightly/run-1/results.json 100, nightly/run-2/results.json 10"}},
+		{"allowed to differ", named(run(StatusPassed, nil), run(StatusPassed, func(e *Environment) { e.Scale = 10 })), PromoteOptions{AllowDifferent: true}, nil},
+		{"partial allowed", named(run(StatusPassed, nil), run(StatusSkipped, nil)), PromoteOptions{AllowPartial: true}, nil},
+		{"none", nil, PromoteOptions{}, []string{"no runs"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := PromoteRuns(tc.runs, tc.opts)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("promoted")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestNewBaselineManifest(t *testing.T) {
+	at := time.Date(2026, 12, 3, 4, 5, 6, 0, time.UTC)
+	runs := Runs(&Results{Environment: Environment{SuiteCommit: "abc1234", OperatorCommit: "def5678"}, StartTime: at, Verdict: VerdictPassed},
+		&Results{Environment: Environment{SuiteCommit: "abc1234"}})
+	m := NewBaselineManifest(runs, []string{"run-1/results.json", "run-2/results.json"}, at.Add(time.Hour))
+	if m.Commit != "abc1234" || !m.PromotedAt.Equal(at.Add(time.Hour)) || len(m.Runs) != 2 ||
+		m.Runs[0] != (BaselineRun{Path: "run-1/results.json", From: "run 1", Verdict: VerdictPassed, StartTime: at, SuiteCommit: "abc1234", OperatorCommit: "def5678"}) {
+		t.Errorf("manifest %+v", m)
+	}
+	runs[1].Environment.SuiteCommit = "fff0000"
+	if m := NewBaselineManifest(runs, []string{"a", "b"}, at); m.Commit != "" {
+		t.Errorf("runs of two commits recorded commit %q", m.Commit)
+	}
+}

@@ -14,7 +14,9 @@ import (
 )
 
 // SchemaVersion identifies the results.json format. v2 records every
-// assessment with its status, reason and requirement; Read still accepts v1.
+// assessment with its status, reason and requirement, and (added later,
+// optional, so older v2 files read with them empty) the host, the
+// scheduler and how many runs a median merged; Read still accepts v1.
 const SchemaVersion = "conformance.gpulab.io/v2"
 
 // SchemaVersionV1 is the format before per-assessment verdicts.
@@ -76,6 +78,19 @@ type Environment struct {
 	// vcjob (empty in older results: gpucluster).
 	Workload string `json:"workload,omitempty"`
 	Scale    int    `json:"scale"`
+	// Scheduler is who gang-schedules: volcano or kubernetes (empty in
+	// older results: volcano, SchedulerName), and SchedulerVersion its
+	// version where known.
+	Scheduler        string `json:"scheduler,omitempty"`
+	SchedulerVersion string `json:"schedulerVersion,omitempty"`
+	// Host is the machine the suite ran on (zero in results written before
+	// it was recorded). With Scale, Workload, Profile and Scheduler it
+	// decides which runs compare may compare.
+	Host Host `json:"host,omitzero"`
+	// MergedRuns is how many runs `median` merged into these results; 0
+	// for a run. compare and baseline skip merged results found in a
+	// directory, so a median is not counted beside the runs it came from.
+	MergedRuns int `json:"mergedRuns,omitempty"`
 }
 
 // WorkloadName is the workload measured; results from before --workload
