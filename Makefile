@@ -19,6 +19,19 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTBED_NAME  ?= gpulab
 TESTBED_NODES ?= dgx-h100=4
 export TESTBED_NAME TESTBED_NODES
+# Volcano and KubeRay releases the testbeds build and run; empty means the
+# defaults in testbeds/local/binaries (Volcano v1.14.1, KubeRay v1.6.2).
+# VOLCANO_VERSION=v1.10.0 and KUBERAY_VERSION=v1.5.0 are the other choices.
+# Exported as GPULAB_VOLCANO_VERSION and GPULAB_KUBERAY_VERSION, which every
+# testbed (the suite's own included) reads when not told a version.
+VOLCANO_VERSION ?=
+KUBERAY_VERSION ?=
+ifneq ($(VOLCANO_VERSION),)
+export GPULAB_VOLCANO_VERSION := $(VOLCANO_VERSION)
+endif
+ifneq ($(KUBERAY_VERSION),)
+export GPULAB_KUBERAY_VERSION := $(KUBERAY_VERSION)
+endif
 # The name becomes folders that `make testbed-down` removes: a DNS-1123 label
 # only (gpulab-testbed checks it too).
 ifneq ($(shell [[ '$(subst ','\'',$(TESTBED_NAME))' =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$$ ]] && echo ok),ok)
@@ -153,7 +166,7 @@ PUSHGATEWAY_URL  ?=
 # median, the push and the comparison still cover every run that wrote
 # results, so a failed night keeps its numbers; then the verdicts decide.
 .PHONY: nightly
-nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the median with the baseline, push if PUSHGATEWAY_URL is set; exit 1 on a regression, a failed run or a partial one (NIGHTLY_ALLOW_PARTIAL=1 allows partial).
+nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, merge them (median, pushed if PUSHGATEWAY_URL is set), compare every run with the baseline runs (NIGHTLY_COMPARE_ARGS adds compare flags); exit 1 on a regression, a failed run or a partial one (NIGHTLY_ALLOW_PARTIAL=1 allows partial).
 	rm -rf $(NIGHTLY_OUT)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
@@ -174,7 +187,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, compare the media
 	rc=0; \
 	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median --perfdata $(NIGHTLY_OUT)/perfdata \
 		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL)) "$${runs[@]}" || rc=1; \
-	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) --current $(NIGHTLY_OUT)/median/results.json --max-regression 10% || rc=1; \
+	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) $(NIGHTLY_COMPARE_ARGS) "$${runs[@]}" || rc=1; \
 	if (( failed > 0 )); then echo "nightly: $$failed of $(NIGHTLY_RUNS) runs failed" >&2; rc=1; fi; \
 	if (( partial > 0 )); then \
 		if [[ "$(NIGHTLY_ALLOW_PARTIAL)" == 1 ]]; then \
@@ -204,12 +217,23 @@ bench-scale: testbed-binaries ## Measure the operator at N=BENCH_SCALES gangs (o
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/bench-scale ./conformance/cmd/bench-scale
 	$(BIN)/bench-scale -n=$(BENCH_SCALES) --suite=$(BIN)/gpulab-conformance --operator-binary=$(BIN)/gpulab-operator --out=$(BENCH_OUT)
 
+NOISE_RUNS          ?= 20
+NOISE_PLANTED_RUNS  ?= 10
+NOISE_COMPARISONS   ?= 10
+NOISE_PLANTED_DELAY ?= 100ms
+NOISE_REUSE         ?= 0
+NOISE_OUT           ?= $(CURDIR)/_artifacts/noise-check
+export NOISE_RUNS NOISE_PLANTED_RUNS NOISE_COMPARISONS NOISE_PLANTED_DELAY NOISE_REUSE NOISE_OUT
+.PHONY: noise-check
+noise-check: testbed-binaries ## Measure the nightly compare's false alarms and power: NOISE_RUNS unchanged and NOISE_PLANTED_RUNS slowed latency runs (N=CONFORMANCE_SCALE), drawn into 3-vs-3 comparisons (NOISE_REUSE=1 redraws only).
+	BIN=$(BIN) CONFORMANCE_SCALE=$(CONFORMANCE_SCALE) conformance/hack/noise-check.sh
+
 FROM ?=
 .PHONY: baseline
-baseline: ## Promote a run's results to the nightly baseline: make baseline FROM=_artifacts/nightly/median/results.json.
-	@[[ -n "$(FROM)" ]] || { echo "usage: make baseline FROM=path/to/results.json" >&2; exit 2; }
+baseline: ## Promote runs to the nightly baseline NIGHTLY_BASELINE: make baseline FROM=_artifacts/nightly (every run in it) into a directory, or FROM=one/results.json into a .json file.
+	@[[ -n "$(FROM)" ]] || { echo "usage: make baseline FROM=_artifacts/nightly (a directory of runs, or results.json files)" >&2; exit 2; }
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance baseline --from $(FROM) --to $(NIGHTLY_BASELINE)
+	$(BIN)/gpulab-conformance baseline --to $(NIGHTLY_BASELINE) $(FROM)
 
 ##@ Local testbed
 
@@ -217,7 +241,7 @@ baseline: ## Promote a run's results to the nightly baseline: make baseline FROM
 # kwok and Volcano; KubeRay's operator is built when a testbed runs it
 # (WORKLOAD=raycluster), Prometheus and the Pushgateway for the dashboards.
 .PHONY: testbed-binaries
-testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano from the Go module proxy (cached), and KubeRay's operator for WORKLOAD=raycluster.
+testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano (VOLCANO_VERSION) from the Go module proxy (cached), and KubeRay's operator (KUBERAY_VERSION) for WORKLOAD=raycluster.
 	$(TESTBED) build $(if $(filter raycluster,$(WORKLOAD)),--kuberay)
 
 .PHONY: testbed-binaries-kuberay
@@ -229,7 +253,7 @@ testbed-binaries-all: $(TESTBED) ## testbed-binaries, KubeRay's operator, Promet
 	$(TESTBED) build --kuberay --monitoring
 
 .PHONY: testbed-up
-testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator) and print its kubeconfig.
+testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator; VOLCANO_VERSION, KUBERAY_VERSION) and print its kubeconfig.
 	$(TESTBED) up $(if $(filter 1 true,$(TESTBED_KUBERAY)),--kuberay)
 
 .PHONY: testbed-down
@@ -259,7 +283,7 @@ images: $(TESTBED) ## Build the gpulab-conformance image (the in-cluster runner)
 	$(TESTBED) images
 
 .PHONY: kind-up
-kind-up: $(TESTBED) ## Create a kind cluster (KIND_WORKERS=4) with Volcano and gpulab, from the local node image.
+kind-up: $(TESTBED) ## Create a kind cluster (KIND_WORKERS=4) with Volcano (VOLCANO_VERSION) and gpulab, from the local node image.
 	$(TESTBED) kind-up --workers $(KIND_WORKERS)
 
 .PHONY: kind-down

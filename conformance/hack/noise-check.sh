@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# noise-check: how often the nightly's compare flags a regression that is
+# not there (false alarms) and how often it flags one that is (power),
+# from one pool of runs of the latency feature on the local testbed.
+#
+# The pool: NOISE_RUNS runs of the unchanged commit and NOISE_PLANTED_RUNS
+# runs with a planted slowdown (the operator built with -tags
+# gpulab_faults, GPULAB_PLANTED_FAULT=slow-pod-create, waiting
+# NOISE_PLANTED_DELAY before each pod create), interleaved so that drift of
+# the machine hits both alike. Both use the same operator binary.
+#
+# The draw, fixed so that a rerun over the same pool gives the same table:
+#   false alarm k (k = 0..NOISE_COMPARISONS-1): baseline = unchanged runs
+#     6k, 6k+1, 6k+2; current = unchanged runs 6k+3, 6k+4, 6k+5 (mod the
+#     pool's size; six distinct runs each time);
+#   power k: baseline = unchanged runs 3k, 3k+1, 3k+2; current = planted
+#     runs 3k, 3k+1, 3k+2 (each mod its pool's size).
+# A comparison "flags" when compare exits 1 (a regression). Only runs that
+# passed enter the pool; the others are listed.
+#
+# Usage: conformance/hack/noise-check.sh [compare flags...]
+#   NOISE_RUNS=20 NOISE_PLANTED_RUNS=10 NOISE_COMPARISONS=10
+#   NOISE_PLANTED_DELAY=100ms CONFORMANCE_SCALE=100 NOISE_OUT=_artifacts/noise-check
+#   NOISE_REUSE=1 reuses the runs already in NOISE_OUT and only redraws.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+runs=${NOISE_RUNS:-20}
+planted=${NOISE_PLANTED_RUNS:-10}
+comparisons=${NOISE_COMPARISONS:-10}
+delay=${NOISE_PLANTED_DELAY:-100ms}
+scale=${CONFORMANCE_SCALE:-100}
+out=${NOISE_OUT:-_artifacts/noise-check}
+bin=${BIN:-bin}
+compare_flags=("$@")
+
+if ((runs < 6 || planted < 3)); then
+  echo "noise-check: needs NOISE_RUNS >= 6 and NOISE_PLANTED_RUNS >= 3" >&2
+  exit 2
+fi
+
+go build -tags gpulab_faults -o "$bin/gpulab-operator-faulty" ./operator/cmd/gpulab-operator
+go test -c -o "$bin/gpulab-conformance" ./conformance
+
+one() { # one KIND INDEX [ENV...]
+  local dir="$out/$1/run-$2"
+  shift 2
+  if [[ "${NOISE_REUSE:-0}" == 1 && -f "$dir/results.json" ]]; then return; fi
+  rm -rf "$dir"
+  local rc=0
+  env "$@" "$bin/gpulab-conformance" run --profile=local --feature='^latency$' --scale="$scale" \
+    --operator-binary="$bin/gpulab-operator-faulty" --out="$dir" >"$dir.log" 2>&1 || rc=$?
+  echo "$dir: exit $rc"
+  echo "$rc" >"$dir.rc"
+}
+
+mkdir -p "$out/unchanged" "$out/planted"
+for ((i = 0; i < (runs > planted ? runs : planted); i++)); do
+  ((i < runs)) && one unchanged "$i" GPULAB_PLANTED_FAULT=
+  ((i < planted)) && one planted "$i" GPULAB_PLANTED_FAULT=slow-pod-create GPULAB_PLANTED_DELAY="$delay"
+done
+
+pool() { # the passed runs' results, in index order
+  local kind=$1 n=$2
+  for ((i = 0; i < n; i++)); do
+    local dir="$out/$kind/run-$i"
+    if [[ -f "$dir/results.json" && "$(cat "$dir.rc" 2>/dev/null || echo 0)" == 0 ]]; then
+      echo "$dir/results.json"
+    else
+      echo "noise-check: $dir did not pass; left out of the pool" >&2
+    fi
+  done
+}
+mapfile -t U < <(pool unchanged "$runs")
+mapfile -t P < <(pool planted "$planted")
+if ((${#U[@]} < 6 || ${#P[@]} < 3)); then
+  echo "noise-check: too few passed runs (${#U[@]} unchanged, ${#P[@]} planted)" >&2
+  exit 1
+fi
+
+draw() { # draw NAME BASE... -- CURRENT...
+  local name=$1 rc=0
+  shift
+  local base=() cur=()
+  while [[ $1 != -- ]]; do base+=(--baseline "$1"); shift; done
+  shift
+  "$bin/gpulab-conformance" compare "${base[@]}" "${compare_flags[@]}" "$@" >"$out/$name.txt" 2>&1 || rc=$?
+  case $rc in
+    0) echo "$name: no regression" ;;
+    1) echo "$name: REGRESSION flagged" ;;
+    *) echo "$name: compare refused (exit $rc), see $out/$name.txt" >&2; return 2 ;;
+  esac
+  return $rc
+}
+
+alarms=0 hits=0
+nu=${#U[@]} np=${#P[@]}
+for ((k = 0; k < comparisons; k++)); do
+  rc=0
+  draw "false-alarm-$k" "${U[$(((6 * k) % nu))]}" "${U[$(((6 * k + 1) % nu))]}" "${U[$(((6 * k + 2) % nu))]}" -- \
+    "${U[$(((6 * k + 3) % nu))]}" "${U[$(((6 * k + 4) % nu))]}" "${U[$(((6 * k + 5) % nu))]}" || rc=$?
+  ((rc == 2)) && exit 2
+  ((rc == 1)) && alarms=$((alarms + 1))
+  rc=0
+  draw "power-$k" "${U[$(((3 * k) % nu))]}" "${U[$(((3 * k + 1) % nu))]}" "${U[$(((3 * k + 2) % nu))]}" -- \
+    "${P[$(((3 * k) % np))]}" "${P[$(((3 * k + 1) % np))]}" "${P[$(((3 * k + 2) % np))]}" || rc=$?
+  ((rc == 2)) && exit 2
+  ((rc == 1)) && hits=$((hits + 1))
+done
+printf '\nnoise-check: pool %d unchanged + %d planted runs (delay %s, scale %d)\n' "$nu" "$np" "$delay" "$scale"
+printf 'false alarms: %d of %d comparisons\npower: %d of %d comparisons flagged the planted slowdown\n' "$alarms" "$comparisons" "$hits" "$comparisons"
