@@ -141,6 +141,11 @@ func (s *scenario) gang(ctx context.Context, name string, groups ...workerGroup)
 		fatalf(s.t, "creating %s %s: %v", workload().recorded().Kind(), name, err)
 	}
 	s.gangs[name] = obj
+	if h, ok := workload().(afterCreater); ok {
+		if err := h.afterCreate(ctx, s, []client.Object{obj}); err != nil {
+			fatalf(s.t, "creating %s %s's children: %v", workload().recorded().Kind(), name, err)
+		}
+	}
 }
 
 // gangPods is a gang's pod count: its head and every worker.
@@ -171,7 +176,13 @@ func (s *scenario) gangsAtOnce(ctx context.Context, names []string, groups ...wo
 	}
 	// Every gang created is recorded before a failed create fails the
 	// assessment, so the scenario's cleanup deletes all of them.
-	created, err := cleanup.CreateAll(ctx, s.c, objs, createParallelism, func(i int) { s.recorder.Expect(names[i], desired, time.Now()) })
+	// A workload the suite itself reconciles (bare) reacts to each gang as
+	// it is created, as an operator's watch would.
+	var after func(i int) error
+	if h, ok := workload().(afterCreater); ok {
+		after = func(i int) error { return h.afterCreate(ctx, s, objs[i:i+1]) }
+	}
+	created, err := cleanup.CreateAll(ctx, s.c, objs, createParallelism, func(i int) { s.recorder.Expect(names[i], desired, time.Now()) }, after)
 	for _, obj := range created {
 		s.created = append(s.created, obj)
 		s.gangs[obj.GetName()] = obj

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,15 +17,18 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/bare"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/testbeds/local"
 )
 
 // gangWorkload is the kind of gang the scenarios create (--workload):
-// gpulab's GPUCluster, KubeRay's RayCluster or a Volcano Job. Each gang is
-// a head without GPUs and groups of worker pods; the recorder follows its
-// pods and PodGroup by owner reference, so every detector and milestone is
-// the same for all three.
+// gpulab's GPUCluster, KubeRay's RayCluster, a Volcano Job or the suite's
+// own bare gang. Each gang is a head without GPUs and groups of worker
+// pods; the recorder follows its pods and PodGroup by owner reference, so
+// every detector and milestone is the same for all four.
 type gangWorkload interface {
 	// recorded is how the recorder follows it.
 	recorded() measure.Workload
@@ -32,6 +36,14 @@ type gangWorkload interface {
 	build(name string, groups []workerGroup) client.Object
 	// describe is the object's state, for failure messages.
 	describe(ctx context.Context, s *scenario, name string) string
+}
+
+// afterCreater is a workload whose gangs need the suite once their objects
+// exist: the bare workload creates what an operator would.
+type afterCreater interface {
+	// afterCreate runs right after the gangs' objects are created (objs,
+	// as the API server returned them), for all of them at once.
+	afterCreate(ctx context.Context, s *scenario, objs []client.Object) error
 }
 
 // workerGroup is n pods of gpus GPUs each (0: CPU only).
@@ -45,6 +57,7 @@ var workloads = map[string]gangWorkload{
 	"gpucluster": gpuClusters{},
 	"raycluster": rayClusters{},
 	"vcjob":      volcanoJobs{},
+	"bare":       bareGangs{},
 }
 
 // workload is the run's.
@@ -54,7 +67,11 @@ func workload() gangWorkload { return workloads[opts.Workload] }
 // the run measures another workload.
 func gpulabOnly(t *testing.T, what string) {
 	t.Helper()
-	if opts.Workload != "gpucluster" {
+	switch opts.Workload {
+	case "gpucluster":
+	case "bare":
+		skipf(t, "%s needs gpulab's operator, and --workload=bare runs without one", what)
+	default:
 		skipf(t, "%s is gpulab's own (--workload=%s)", what, opts.Workload)
 	}
 }
@@ -187,6 +204,54 @@ func (rayClusters) describe(ctx context.Context, s *scenario, name string) strin
 	state, _, _ := unstructured.NestedString(u.Object, "status", "state")
 	reason, _, _ := unstructured.NestedString(u.Object, "status", "reason")
 	return fmt.Sprintf("state %q %s; %s", state, reason, describePodGroup(ctx, s, name))
+}
+
+// bareGangs are the suite's own gangs, with no operator (package bare): a
+// ConfigMap per gang and, right after it, the PodGroup, head Service and
+// pods gpulab's operator would create for the same GPUCluster, through a
+// client with the operators' limits.
+type bareGangs struct{}
+
+var _ afterCreater = bareGangs{}
+
+func (bareGangs) recorded() measure.Workload { return measure.BareGangs{} }
+
+// build is the gang's ConfigMap; its first call also makes the children's
+// client, before any gang exists, as a running operator has its own.
+func (bareGangs) build(name string, groups []workerGroup) client.Object {
+	bareClientOnce.Do(func() {
+		bareClient, bareClientErr = bare.Client(bare.ClientInput{Config: cluster.Config, Scheme: local.Scheme,
+			QPS: profile.OperatorQPS, Burst: profile.OperatorBurst})
+	})
+	spec := bare.Spec{Queue: fp.queue, Head: podTemplate("head", 0)}
+	for _, g := range groups {
+		spec.Groups = append(spec.Groups, bare.Group{Name: g.name, Replicas: g.n, Template: podTemplate("worker", g.gpus)})
+	}
+	return bare.Object(name, runLabels(), spec)
+}
+
+var (
+	bareClientOnce sync.Once
+	bareClient     client.Client
+	bareClientErr  error
+)
+
+func (bareGangs) afterCreate(ctx context.Context, _ *scenario, objs []client.Object) error {
+	if bareClientErr != nil {
+		return bareClientErr
+	}
+	var cms []*corev1.ConfigMap
+	for _, obj := range objs {
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			cms = append(cms, cm)
+		}
+	}
+	return bare.CreateAll(ctx, bareClient, cms)
+}
+
+func (bareGangs) describe(ctx context.Context, s *scenario, name string) string {
+	tl := s.recorder.Timelines()[name]
+	return fmt.Sprintf("%d of %d pods created, %d bound; %s", tl.Pods, tl.Desired, s.recorder.Bound(name), describePodGroup(ctx, s, name))
 }
 
 // podGroupOf is the PodGroup Volcano gang-schedules the gang with: the

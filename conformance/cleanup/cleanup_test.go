@@ -249,7 +249,7 @@ func TestCreateAllRecordsEveryCreate(t *testing.T) {
 		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}})
 	}
 	// One at a time, in order: the failure comes before the later creates.
-	created, err := CreateAll(ctx, c, objs, 1, nil)
+	created, err := CreateAll(ctx, c, objs, 1, nil, nil)
 	if !apierrors.IsAlreadyExists(errors.Unwrap(err)) && (err == nil || !strings.Contains(err.Error(), "cm-1")) {
 		t.Errorf("error %v, want cm-1's AlreadyExists", err)
 	}

@@ -13,9 +13,12 @@ import (
 // returns every object that was created, in objs' order, even when others
 // failed: a caller that records them only up to the first failure leaves
 // the later ones, and their pods, holding GPUs until the final cleanup.
-// before, when not nil, runs just before each create (a clock to start).
-func CreateAll(ctx context.Context, c client.Client, objs []client.Object, parallel int, before func(i int)) ([]client.Object, error) {
-	errs := make([]error, len(objs))
+// before, when not nil, runs just before each create (a clock to start);
+// after, when not nil, right after each successful one, in the same slot
+// of the parallelism (an operator's reaction to it), its error joined to
+// the result.
+func CreateAll(ctx context.Context, c client.Client, objs []client.Object, parallel int, before func(i int), after func(i int) error) ([]client.Object, error) {
+	errs, afterErrs := make([]error, len(objs)), make([]error, len(objs))
 	sem := make(chan struct{}, max(1, parallel))
 	var wg sync.WaitGroup
 	for i := range objs {
@@ -28,6 +31,8 @@ func CreateAll(ctx context.Context, c client.Client, objs []client.Object, paral
 			}
 			if err := c.Create(ctx, objs[i]); err != nil {
 				errs[i] = fmt.Errorf("creating %s: %w", objs[i].GetName(), err)
+			} else if after != nil {
+				afterErrs[i] = after(i)
 			}
 		}()
 	}
@@ -38,5 +43,5 @@ func CreateAll(ctx context.Context, c client.Client, objs []client.Object, paral
 			created = append(created, obj)
 		}
 	}
-	return created, errors.Join(errs...)
+	return created, errors.Join(append(errs, afterErrs...)...)
 }

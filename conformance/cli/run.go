@@ -48,7 +48,7 @@ type RunOptions struct {
 	Disruptive bool
 
 	// What to test.
-	Workload                                   string // gpucluster, raycluster or vcjob
+	Workload                                   string // gpucluster, raycluster, vcjob or bare
 	Features, SkipFeatures, Assess, SkipAssess string
 	Scale                                      int
 	WaitWindow, ReadyTimeout                   time.Duration
@@ -130,7 +130,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"footprint", "submitter-image", "image of GPUJob submitters (runs `sleep 2`; must exit 0)", str(&o.SubmitImage, DefaultSubmitImage)},
 		{"footprint", "dry-run", "print the plan (features, gangs, GPUs, nodes, disruptive actions) and create nothing", boolean(&o.DryRun)},
 		{"footprint", "disruptive", "allow actions beyond the run's own objects: force-deleting the operator's leader pod (default on for local and kind, off for cluster)", boolean(&o.Disruptive)},
-		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay) or vcjob (Volcano Job)", str(&o.Workload, "gpucluster")},
+		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay), vcjob (Volcano Job) or bare (the suite creates what gpulab's operator would, with no operator: the floor)", str(&o.Workload, "gpucluster")},
 		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},
 		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
 		{"what to test", "assess", "only assessments matching this regexp", str(&o.Assess, "")},
@@ -276,9 +276,9 @@ func (o *RunOptions) validate(set map[string]bool) error {
 		}
 	}
 	switch o.Workload {
-	case "gpucluster", "raycluster", "vcjob":
+	case "gpucluster", "raycluster", "vcjob", "bare":
 	default:
-		return fmt.Errorf("--workload=%q: want gpucluster, raycluster or vcjob", o.Workload)
+		return fmt.Errorf("--workload=%q: want gpucluster, raycluster, vcjob or bare", o.Workload)
 	}
 	if o.ClientQPS < 1 {
 		return fmt.Errorf("--client-qps must be at least 1, got %d", o.ClientQPS)

@@ -208,7 +208,8 @@ func newRecorder(in RecorderInput) *Recorder {
 // Start begins watching; Stop ends it.
 func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 	r := newRecorder(in)
-	c, err := cache.New(in.Config, cache.Options{Scheme: in.Scheme, DefaultNamespaces: map[string]cache.Config{in.Namespace: {}}})
+	c, err := cache.New(in.Config, cache.Options{Scheme: in.Scheme, DefaultNamespaces: map[string]cache.Config{in.Namespace: {}},
+		ByObject: watchedByObject(r.in.Workload)})
 	if err != nil {
 		return nil, err
 	}
@@ -451,6 +452,9 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 		for _, rv := range ready {
 			t.allReadyRV = max(t.allReadyRV, rv)
 		}
+	}
+	if !t.PodsReady.IsZero() && t.StatusReady.IsZero() && readyIsPodsReady(r.in.Workload) {
+		t.StatusReady = t.PodsReady // no status to be Ready but the pods
 	}
 	partial := t.bound > 0 && t.bound < t.Desired && !t.disrupted
 	switch {

@@ -6,15 +6,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/bare"
 )
 
 // Workload is one kind of gang the recorder can follow: gpulab's
-// GPUCluster, KubeRay's RayCluster or a Volcano Job. Pods and PodGroups
+// GPUCluster, KubeRay's RayCluster, a Volcano Job or the suite's own bare
+// gang. Pods and PodGroups
 // belong to the gang their controller owner reference names, so every
 // detector and milestone works the same for all of them.
 type Workload interface {
@@ -43,6 +48,38 @@ type WorkloadState struct {
 	// gpulab's Ready means every pod is Ready. KubeRay's and Volcano's
 	// states promise less (running, not Ready), so they are not judged.
 	Claim bool
+}
+
+// StatuslessWorkload is a Workload whose objects have no status (the
+// suite's bare gangs): its StatusReady milestone is its pods all Ready.
+type StatuslessWorkload interface {
+	Workload
+	// ReadyIsPodsReady marks the workload; it does nothing.
+	ReadyIsPodsReady()
+}
+
+// SelectedWorkload is a Workload whose objects are a labelled few of
+// their type (the bare gangs' ConfigMaps): the recorder watches only
+// those Selector matches, not every object of the type.
+type SelectedWorkload interface {
+	Workload
+	Selector() labels.Selector
+}
+
+// watchedByObject is the recorder cache's per-object settings: the
+// workload's selector, where it has one.
+func watchedByObject(w Workload) map[client.Object]cache.ByObject {
+	s, ok := w.(SelectedWorkload)
+	if !ok {
+		return nil
+	}
+	return map[client.Object]cache.ByObject{w.Object(): {Label: s.Selector()}}
+}
+
+// readyIsPodsReady says whether the workload's StatusReady is its pods'.
+func readyIsPodsReady(w Workload) bool {
+	_, ok := w.(StatuslessWorkload)
+	return ok
 }
 
 // gangOf is the name of obj's controller of the given kind, or "".
@@ -113,6 +150,49 @@ func (VolcanoJobs) Read(obj client.Object) WorkloadState {
 // sets.
 func (VolcanoJobs) Slot(gang string, p *corev1.Pod) string {
 	return gang + "/" + p.Annotations[batchv1alpha1.TaskSpecKey] + "/" + p.Annotations[batchv1alpha1.TaskIndex]
+}
+
+// BareGangs follows the suite's own gangs (package bare): a ConfigMap per
+// gang, controlling a PodGroup, a Service and the pods the suite creates
+// as gpulab's operator would. A ConfigMap has no status, so Ready is the
+// pods all Ready, and nothing is claimed.
+type BareGangs struct{}
+
+var (
+	_ StatuslessWorkload = BareGangs{}
+	_ SelectedWorkload   = BareGangs{}
+)
+
+// Object is a ConfigMap.
+func (BareGangs) Object() client.Object { return &corev1.ConfigMap{} }
+
+// Kind is ConfigMap.
+func (BareGangs) Kind() string { return "ConfigMap" }
+
+// Read is the desired pod count the ConfigMap carries; never Ready of
+// itself.
+func (BareGangs) Read(obj client.Object) WorkloadState {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return WorkloadState{}
+	}
+	return WorkloadState{Desired: bare.DesiredPods(cm)}
+}
+
+// Slot is gang/group/index, from the labels the suite sets as the
+// operator does.
+func (BareGangs) Slot(gang string, p *corev1.Pod) string { return GPUClusters{}.Slot(gang, p) }
+
+// ReadyIsPodsReady implements StatuslessWorkload.
+func (BareGangs) ReadyIsPodsReady() {}
+
+// Selector is the ConfigMaps carrying bare.GangLabel.
+func (BareGangs) Selector() labels.Selector {
+	req, err := labels.NewRequirement(bare.GangLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant, valid key
+	}
+	return labels.NewSelector().Add(*req)
 }
 
 // RayClusterGVK is KubeRay's RayCluster, followed as unstructured: the

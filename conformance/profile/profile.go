@@ -164,14 +164,20 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	if env.Client, err = client.New(env.Config, client.Options{Scheme: local.Scheme}); err != nil {
 		return fail(err)
 	}
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		return fail(err)
+	}
+	if opts.Workload == "bare" {
+		// The floor: nothing but the stack under the suite's own gangs.
+		fmt.Fprintln(opts.Log, "no operator running: --workload=bare is the floor without one")
+		env.keep = opts.Keep
+		return env, nil
+	}
 	binary, err := operatorBinary(ctx, opts)
 	if err != nil {
 		return fail(err)
 	}
 	env.operatorBinary = binary
-	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
-		return fail(err)
-	}
 	for _, name := range []string{"operator-0", "operator-1"} {
 		op, err := newOperatorProcess(name, binary, tb.Kubeconfig(), opts.OutDir)
 		if err != nil {
