@@ -198,14 +198,15 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times, merge them (media
 	fi; \
 	exit $$rc
 
-COMPARE_ROUNDS ?= 2
+COMPARE_ROUNDS ?= 3
+COMPARE_SCALES ?= 100,300
 COMPARE_OUT    ?= $(CURDIR)/_artifacts/compare-operators
 .PHONY: compare-operators
-compare-operators: testbed-binaries-kuberay ## Measure gpulab's operator and KubeRay side by side on one testbed (CONFORMANCE_SCALE gangs, COMPARE_ROUNDS rounds) and print the table.
+compare-operators: testbed-binaries-kuberay ## Measure the floor (no operator), gpulab's operator and KubeRay side by side (a testbed per COMPARE_SCALES, a warm-up and COMPARE_ROUNDS rotating rounds) and print the tables with intervals.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-operators ./conformance/cmd/compare-operators
-	$(BIN)/compare-operators --scale=$(CONFORMANCE_SCALE) --rounds=$(COMPARE_ROUNDS) --suite=$(BIN)/gpulab-conformance \
+	$(BIN)/compare-operators --scales=$(COMPARE_SCALES) --rounds=$(COMPARE_ROUNDS) --suite=$(BIN)/gpulab-conformance \
 		--operator-binary=$(BIN)/gpulab-operator --out=$(COMPARE_OUT)
 
 BENCH_SCALES ?= 10,100,300,1000

@@ -1,13 +1,15 @@
-// Package sidebyside compares two operators on the same gangs: gpulab's
-// (--workload=gpucluster) and KubeRay's (--workload=raycluster), each
-// measured by the conformance suite's latency feature on one testbed, in
-// alternating order over several rounds. It renders the ranges over the
-// rounds and the ratio of the medians.
+// Package sidebyside compares operators on the same gangs: gpulab's
+// (--workload=gpucluster), KubeRay's (--workload=raycluster) and the floor
+// without any operator (--workload=bare), each measured by the conformance
+// suite's latency feature on one testbed, in rotating order over several
+// rounds. It renders the ranges over the rounds and the ratios of the
+// medians with their bootstrap intervals.
 package sidebyside
 
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -15,8 +17,16 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
-// Workloads are the two sides, gpulab first: ratios are KubeRay / gpulab.
-var Workloads = []string{"gpucluster", "raycluster"}
+// Workloads are the sides: the floor, gpulab and KubeRay. The ratios are
+// gpulab / floor (the operator's overhead) and KubeRay / gpulab.
+var Workloads = []string{"bare", "gpucluster", "raycluster"}
+
+// The sides by role.
+const (
+	floorSide  = "bare"
+	gpulabSide = "gpucluster"
+	kuberay    = "raycluster"
+)
 
 // Row is one measurement on both sides.
 type Row struct {
@@ -112,21 +122,23 @@ func CheckSameGangs(runs map[string][]*results.Results) error {
 	return nil
 }
 
-// Print writes the table: each side's range over the rounds and the ratio
-// of the medians (KubeRay / gpulab; above 1, gpulab is lower).
+// Print writes the table: each side's range over the rounds and the two
+// ratios of the medians with their intervals.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEASUREMENT\tUNIT\tgpulab\tKubeRay\tKubeRay / gpulab")
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(cells(r), "\t"))
 	}
 	_ = tw.Flush()
 }
 
-// Markdown is the table as Markdown, for the report and the README.
+var header = []string{"MEASUREMENT", "UNIT", "floor", "gpulab", "KubeRay", "gpulab / floor", "KubeRay / gpulab"}
+
+// Markdown is the table as Markdown, for the report and the docs.
 func Markdown(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| measurement | unit | gpulab | KubeRay | KubeRay / gpulab |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells(r), " | "))
 	}
@@ -134,14 +146,25 @@ func Markdown(rows []Row) string {
 }
 
 // cells are a row's columns: measurement, unit, each side's range and
-// the ratio of the medians.
+// the two ratios.
 func cells(r Row) []string {
-	g, k := r.Values[Workloads[0]], r.Values[Workloads[1]]
-	ratio := "-"
-	if mg, mk := median(g), median(k); len(g) > 0 && len(k) > 0 && mg > 0 {
-		ratio = fmt.Sprintf("%.2f", mk/mg)
+	return []string{r.Metric, r.Unit, span(r.Values[floorSide]), span(r.Values[gpulabSide]), span(r.Values[kuberay]),
+		ratio(r.Values[floorSide], r.Values[gpulabSide]), ratio(r.Values[gpulabSide], r.Values[kuberay])}
+}
+
+// ratio is median(num) / median(den) with the 95% bootstrap interval
+// over the rounds (each round one value a side), e.g. "1.12 [0.98, 1.30]";
+// "-" where a side is missing or its median is 0.
+func ratio(den, num []float64) string {
+	md := median(den)
+	if len(den) == 0 || len(num) == 0 || md <= 0 {
+		return "-"
 	}
-	return []string{r.Metric, r.Unit, span(g), span(k), ratio}
+	out := fmt.Sprintf("%.2f", median(num)/md)
+	if lo, hi, ok := results.BootstrapMedianChange(den, num, results.BootstrapOptions{}); ok && !math.IsInf(lo, 0) && !math.IsInf(hi, 0) {
+		out += fmt.Sprintf(" [%.2f, %.2f]", 1+lo, 1+hi)
+	}
+	return out
 }
 
 // span is a range over the rounds, "a–b" (one value when they agree).

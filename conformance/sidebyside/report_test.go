@@ -27,31 +27,53 @@ func run(verdictPassed bool, ready float64, gpus float64, extra ...results.Measu
 
 func TestRowsAndRatios(t *testing.T) {
 	runs := map[string][]*results.Results{
-		"gpucluster": {run(true, 2, 8), run(true, 4, 8)},
-		"raycluster": {run(true, 6, 8), run(true, 10, 8)},
+		"bare":       {run(true, 1, 8), run(true, 2, 8), run(true, 3, 8)},
+		"gpucluster": {run(true, 2, 8), run(true, 3, 8), run(true, 4, 8)},
+		"raycluster": {run(true, 6, 8), run(true, 8, 8), run(true, 10, 8)},
 	}
 	if err := CheckSameGangs(runs); err != nil {
 		t.Fatal(err)
 	}
 	md := Markdown(Rows(runs))
-	// p99 of Ready: gpulab 2–4 (median 3), KubeRay 6–10 (median 8): 8/3.
-	if !strings.Contains(md, "| create_to_status_ready p99 | seconds | 2–4 | 6–10 | 2.67 |") {
+	// p99 of Ready: floor 1–3 (median 2), gpulab 2–4 (3), KubeRay 6–10
+	// (8). gpulab / floor 1.5, KubeRay / gpulab 8/3; each interval spans
+	// the extreme ratios of the rounds' medians.
+	if !strings.Contains(md, "| create_to_status_ready p99 | seconds | 1–3 | 2–4 | 6–10 | 1.50 [0.67, 4.00] | 2.67 [1.50, 5.00] |") {
 		t.Errorf("table:\n%s", md)
 	}
-	if !strings.Contains(md, "| operator_rss_max | MiB | 80 | 80 | 1.00 |") {
+	if !strings.Contains(md, "| operator_rss_max | MiB | 80 | 80 | 80 | 1.00 [1.00, 1.00] | 1.00 [1.00, 1.00] |") {
 		t.Errorf("RSS not in MiB:\n%s", md)
 	}
-	if !strings.Contains(md, "| api_conflicts |  | - | - | - |") {
-		t.Errorf("a measurement neither side has is not shown as missing:\n%s", md)
+	if !strings.Contains(md, "| api_conflicts |  | - | - | - | - | - |") {
+		t.Errorf("a measurement no side has is not shown as missing:\n%s", md)
+	}
+}
+
+// The order rotates: each side is first, in the middle and last once in
+// three rounds.
+func TestOrderRotates(t *testing.T) {
+	pos := map[string]map[int]bool{}
+	for round := 1; round <= 3; round++ {
+		for i, w := range Order(round) {
+			if pos[w] == nil {
+				pos[w] = map[int]bool{}
+			}
+			pos[w][i] = true
+		}
+	}
+	for _, w := range Workloads {
+		if len(pos[w]) != 3 {
+			t.Errorf("%s ran at positions %v over 3 rounds, want each of 0, 1, 2", w, pos[w])
+		}
 	}
 }
 
 func TestCheckSameGangsRefuses(t *testing.T) {
 	for name, runs := range map[string]map[string][]*results.Results{
-		"different GPUs": {"gpucluster": {run(true, 2, 8)}, "raycluster": {run(true, 2, 4)}},
-		"a failed run":   {"gpucluster": {run(true, 2, 8)}, "raycluster": {run(false, 2, 8)}},
-		"a side missing": {"gpucluster": {run(true, 2, 8)}},
-		"shape not measured": {"gpucluster": {run(true, 2, 8)}, "raycluster": {{Measurements: []results.Measurement{results.Value("latency", "clusters", "count", 100)},
+		"different GPUs": {"bare": {run(true, 2, 8)}, "gpucluster": {run(true, 2, 8)}, "raycluster": {run(true, 2, 4)}},
+		"a failed run":   {"bare": {run(true, 2, 8)}, "gpucluster": {run(true, 2, 8)}, "raycluster": {run(false, 2, 8)}},
+		"a side missing": {"gpucluster": {run(true, 2, 8)}, "raycluster": {run(true, 2, 8)}},
+		"shape not measured": {"bare": {run(true, 2, 8)}, "gpucluster": {run(true, 2, 8)}, "raycluster": {{Measurements: []results.Measurement{results.Value("latency", "clusters", "count", 100)},
 			Features: []results.Feature{{Name: "latency", Assessments: []results.Assessment{{Name: "a", Status: results.StatusPassed}}}}}}},
 	} {
 		for _, rs := range runs {

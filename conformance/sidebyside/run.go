@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpulab/gpulab/conformance/profile"
@@ -17,11 +18,15 @@ import (
 
 // Options configures a side-by-side run.
 type Options struct {
-	// Scale is the gangs created at once per run (default 100).
-	Scale int
-	// Rounds is how many times each side runs, the order alternating
-	// (default 2).
+	// Scales are the gang counts created at once, one testbed each
+	// (default 100 and 300).
+	Scales []int
+	// Rounds is how many counted runs each side gets per scale, the order
+	// rotating from round to round (default 3).
 	Rounds int
+	// NoWarmUp skips the uncounted first round (each side once) that
+	// warms the testbed's caches and the operators' informers.
+	NoWarmUp bool
 	// Suite and Operator are the gpulab-conformance and gpulab-operator
 	// binaries.
 	Suite, Operator string
@@ -34,11 +39,11 @@ type Options struct {
 }
 
 func (o *Options) defaults() error {
-	if o.Scale == 0 {
-		o.Scale = 100
+	if len(o.Scales) == 0 {
+		o.Scales = []int{100, 300}
 	}
 	if o.Rounds == 0 {
-		o.Rounds = 2
+		o.Rounds = 3
 	}
 	if o.TestbedName == "" {
 		o.TestbedName = "gpulab-side-by-side"
@@ -46,80 +51,125 @@ func (o *Options) defaults() error {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	for _, n := range o.Scales {
+		if n < 1 {
+			return fmt.Errorf("every scale must be at least 1, got %d", n)
+		}
+	}
 	switch {
-	case o.Scale < 1 || o.Rounds < 1:
-		return fmt.Errorf("scale and rounds must be at least 1, got %d and %d", o.Scale, o.Rounds)
+	case o.Rounds < 2:
+		return fmt.Errorf("rounds must be at least 2 (an interval needs two runs a side), got %d", o.Rounds)
 	case o.Suite == "" || o.Operator == "" || o.Out == "":
 		return errors.New("the suite and operator binaries and an output directory are required")
 	}
 	return nil
 }
 
-// Run brings up one testbed with KubeRay, runs gpulab's operator beside
-// it with the same reconcile concurrency and client limits, measures both
-// with the suite's latency feature round by round, and writes report.md.
-// It fails when a run fails or the two did not measure the same gangs.
+// Run measures, at each scale on a testbed of its own, the floor (the
+// suite's bare gangs, no operator), gpulab's operator and KubeRay's with
+// the same reconcile concurrency and client limits, each side through the
+// suite's latency feature, round by round in rotating order after an
+// uncounted warm-up round, and writes report.md. It fails when a run
+// fails or the sides did not measure the same gangs.
 func Run(ctx context.Context, opts Options) (string, error) {
 	if err := opts.defaults(); err != nil {
 		return "", err
 	}
-	fleet, err := profile.LocalFleet(profile.Options{Scale: opts.Scale})
-	if err != nil {
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return "", err
+	}
+	var report strings.Builder
+	fmt.Fprintf(&report, "# gpulab vs KubeRay vs the floor, side by side\n\n"+
+		"Each scale: N gangs (1 head + 2 workers x 4 GPUs) created at once, on one local testbed; a warm-up round (each side once, not counted), "+
+		"then %d rounds in rotating order. Both operators run at %d reconcile workers, client QPS %d / burst %d; the floor is the suite's own "+
+		"`--workload=bare` gangs (the objects gpulab's operator would create, no operator) through a client with the same limits. "+
+		"Ranges are over the rounds; a ratio is of the medians, with its 95%% bootstrap interval over the rounds.\n", opts.Rounds,
+		profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst)
+	var errs []error
+	for _, n := range opts.Scales {
+		runs, nodes, err := runScale(ctx, opts, n)
+		if err != nil {
+			return "", err
+		}
+		rows := Rows(runs)
+		fmt.Fprintf(&report, "\n## N=%d (%d nodes)\n\n%s", n, nodes, Markdown(rows))
+		fmt.Fprintf(opts.Log, "\nside by side, N=%d:\n", n)
+		Print(opts.Log, rows)
+		if err := CheckSameGangs(runs); err != nil {
+			errs = append(errs, fmt.Errorf("N=%d: %w", n, err))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(opts.Out, "report.md"), []byte(report.String()), 0o644); err != nil {
+		return "", err
+	}
+	return report.String(), errors.Join(errs...)
+}
+
+// runScale is one scale's testbed and rounds.
+func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.Results, int, error) {
+	fleet, err := profile.LocalFleet(profile.Options{Scale: n})
+	if err != nil {
+		return nil, 0, err
 	}
 	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute,
 		KubeRay: true, KubeRayReconcileConcurrency: profile.ReconcileConcurrency, KubeRayQPS: profile.OperatorQPS, KubeRayBurst: profile.OperatorBurst})
 	if err != nil {
-		return "", err
+		return nil, 0, err
 	}
 	if err := tb.Up(ctx); err != nil {
-		return "", errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
+		return nil, 0, errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
 	}
 	defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
-	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-		return "", err
+	out := filepath.Join(opts.Out, "n-"+strconv.Itoa(n))
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, 0, err
 	}
 	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
-		Kubeconfig: tb.Kubeconfig(), LogDir: opts.Out})
+		Kubeconfig: tb.Kubeconfig(), LogDir: out})
 	if err != nil {
-		return "", err
+		return nil, 0, err
 	}
 	defer func() { _ = op.Stop() }()
 	st, err := tb.Status(ctx)
 	if err != nil {
-		return "", err
+		return nil, 0, err
 	}
 	metrics := map[string]string{
 		"gpucluster": op.MetricsURL(),
 		"raycluster": "http://127.0.0.1:" + strconv.Itoa(st.Ports.KubeRayMetrics) + "/metrics",
 	}
 	runs := map[string][]*results.Results{}
-	for round := 1; round <= opts.Rounds; round++ {
-		order := Workloads
-		if round%2 == 0 {
-			order = []string{Workloads[1], Workloads[0]}
-		}
-		for _, w := range order {
-			out := filepath.Join(opts.Out, fmt.Sprintf("round-%d-%s", round, w))
-			fmt.Fprintf(opts.Log, "side by side: round %d, %s, %d gangs\n", round, w, opts.Scale)
-			cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: w, Scale: opts.Scale,
-				OperatorMetricsURL: metrics[w], Out: out, ClusterName: opts.TestbedName}.Command(ctx)
+	first := 0 // round 0 is the warm-up
+	if opts.NoWarmUp {
+		first = 1
+	}
+	for round := first; round <= opts.Rounds; round++ {
+		for _, w := range Order(round) {
+			name := fmt.Sprintf("round-%d-%s", round, w)
+			if round == 0 {
+				name = "warm-up-" + w
+			}
+			dir := filepath.Join(out, name)
+			fmt.Fprintf(opts.Log, "side by side: N=%d, %s, %s\n", n, strings.ReplaceAll(name, "-"+w, ""), w)
+			cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: w, Scale: n,
+				OperatorMetricsURL: metrics[w], Out: dir, ClusterName: opts.TestbedName}.Command(ctx)
 			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 			runErr := cmd.Run()
-			r, err := results.Read(filepath.Join(out, "results.json"))
+			r, err := results.Read(filepath.Join(dir, "results.json"))
 			if err != nil {
-				return "", errors.Join(fmt.Errorf("round %d, %s: %w", round, w, runErr), err)
+				return nil, 0, errors.Join(fmt.Errorf("N=%d, %s: %w", n, name, runErr), err)
 			}
-			runs[w] = append(runs[w], r)
+			if round > 0 {
+				runs[w] = append(runs[w], r)
+			}
 		}
 	}
-	rows := Rows(runs)
-	report := fmt.Sprintf("# gpulab vs KubeRay, side by side\n\n%d gangs (1 head + 2 workers x 4 GPUs) created at once, %d rounds in alternating order, "+
-		"on one local testbed of %d nodes; both operators at %d reconcile workers, client QPS %d / burst %d. Ranges are over the rounds; "+
-		"the ratio is of the medians.\n\n%s", opts.Scale, opts.Rounds, len(fleet.Nodes()), profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst, Markdown(rows))
-	if err := os.WriteFile(filepath.Join(opts.Out, "report.md"), []byte(report), 0o644); err != nil {
-		return "", err
-	}
-	Print(opts.Log, rows)
-	return report, CheckSameGangs(runs)
+	return runs, len(fleet.Nodes()), nil
+}
+
+// Order is round's order of the sides: rotated by one each round, so each
+// side goes first, in the middle and last equally often over the rounds.
+func Order(round int) []string {
+	k := round % len(Workloads)
+	return append(append([]string(nil), Workloads[k:]...), Workloads[:k]...)
 }

@@ -1,6 +1,7 @@
-// Command compare-operators measures gpulab's operator and KubeRay's side
-// by side on one local testbed (conformance/sidebyside) and prints the
-// table; `make compare-operators` runs it.
+// Command compare-operators measures the floor (no operator), gpulab's
+// operator and KubeRay's side by side, one local testbed per scale
+// (conformance/sidebyside), and prints the tables; `make
+// compare-operators` runs it.
 package main
 
 import (
@@ -9,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -20,8 +23,9 @@ import (
 
 func main() {
 	opts := sidebyside.Options{Log: os.Stdout}
-	flag.IntVar(&opts.Scale, "scale", 100, "gangs created at once in each run")
-	flag.IntVar(&opts.Rounds, "rounds", 2, "runs per operator, the order alternating")
+	scales := flag.String("scales", "100,300", "gang counts created at once, comma-separated, one testbed each")
+	flag.IntVar(&opts.Rounds, "rounds", 3, "counted runs per side and scale, the order rotating (at least 2)")
+	flag.BoolVar(&opts.NoWarmUp, "no-warm-up", false, "skip the uncounted warm-up round")
 	flag.StringVar(&opts.Suite, "suite", "bin/gpulab-conformance", "the gpulab-conformance binary")
 	flag.StringVar(&opts.Operator, "operator-binary", "bin/gpulab-operator", "the gpulab-operator binary")
 	flag.StringVar(&opts.Out, "out", "_artifacts/compare-operators", "directory for each run's results and report.md")
@@ -31,6 +35,14 @@ func main() {
 	if *showVersion {
 		fmt.Println("compare-operators", version.Get())
 		return
+	}
+	for _, f := range strings.Split(*scales, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "compare-operators: --scales=%q: want positive integers separated by commas\n", *scales)
+			os.Exit(2)
+		}
+		opts.Scales = append(opts.Scales, n)
 	}
 	// The testbed's clients log through controller-runtime; progress goes
 	// to stdout already.
