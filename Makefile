@@ -221,7 +221,7 @@ bench-scale: testbed-binaries ## Measure the operator at N=BENCH_SCALES gangs (o
 NOISE_RUNS          ?= 20
 NOISE_PLANTED_RUNS  ?= 10
 NOISE_COMPARISONS   ?= 10
-NOISE_PLANTED_DELAY ?= 100ms
+NOISE_PLANTED_DELAY ?= 400ms
 NOISE_REUSE         ?= 0
 NOISE_OUT           ?= $(CURDIR)/_artifacts/noise-check
 export NOISE_RUNS NOISE_PLANTED_RUNS NOISE_COMPARISONS NOISE_PLANTED_DELAY NOISE_REUSE NOISE_OUT
