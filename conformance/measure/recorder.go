@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -119,7 +120,7 @@ type podGroupLife struct {
 type podCreation struct {
 	name    string
 	rv      int64
-	grouped bool // names a PodGroup (scheduling.k8s.io/group-name)
+	grouped bool // names a PodGroup (inGang)
 	seen    time.Time
 }
 
@@ -148,6 +149,10 @@ type RecorderInput struct {
 	// land one API call at a time, seconds apart on a saturated API
 	// server. Default DefaultBindStall.
 	BindStall time.Duration
+	// NativeGangs follows Kubernetes' own PodGroups
+	// (scheduling.k8s.io/v1beta1, kube-scheduler's gang scheduling) instead
+	// of Volcano's; pods join one by spec.schedulingGroup.
+	NativeGangs bool
 	// Workload is the kind of gang followed. Default GPUClusters.
 	Workload Workload
 	// Follow says which gangs to record, by name. Nil follows every
@@ -214,7 +219,13 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 		return nil, err
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
-	for _, obj := range []client.Object{&corev1.Pod{}, &schedulingv1beta1.PodGroup{}, r.in.Workload.Object()} {
+	watched := []client.Object{&corev1.Pod{}, r.in.Workload.Object()}
+	if r.in.NativeGangs {
+		watched = append(watched, &k8sschedulingv1beta1.PodGroup{})
+	} else {
+		watched = append(watched, &schedulingv1beta1.PodGroup{})
+	}
+	for _, obj := range watched {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			r.cancel()
@@ -277,10 +288,10 @@ func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 	follow := func(name string) bool { return name != "" && (r.in.Follow == nil || r.in.Follow(name)) }
 	owner := r.in.Workload.Kind()
 	switch obj := obj.(type) {
-	case *schedulingv1beta1.PodGroup:
+	case *schedulingv1beta1.PodGroup, *k8sschedulingv1beta1.PodGroup:
 		r.podGroupRV = max(r.podGroupRV, rv)
 		if name := gangOf(obj, owner); follow(name) {
-			r.observePodGroup(r.timeline(name), kind, rv, obj.CreationTimestamp.Time, now)
+			r.observePodGroup(r.timeline(name), kind, rv, obj.GetCreationTimestamp().Time, now)
 		}
 	case *corev1.Pod:
 		r.podRV = max(r.podRV, rv)
@@ -352,7 +363,7 @@ func (r *Recorder) observeWorkload(t *Timeline, obj client.Object, kind eventKin
 func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind eventKind, rv int64, now time.Time) {
 	uid := string(p.UID)
 	if _, seen := t.created[uid]; !seen && kind == added {
-		t.created[uid] = podCreation{name: p.Name, rv: rv, grouped: p.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] != "", seen: now}
+		t.created[uid] = podCreation{name: p.Name, rv: rv, grouped: inGang(p), seen: now}
 	}
 	slot := r.in.Workload.Slot(name, p)
 	gone := kind == deleted || kind == deletedUnknown || !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
@@ -654,7 +665,7 @@ func (r *Recorder) judgePodGroups(name string, t *Timeline, now time.Time) (out 
 		return ""
 	}
 	if o := first[beforePodGroup]; o != nil {
-		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) before its PodGroup (revision %d)%s: Volcano may bind part of the gang",
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) before its PodGroup (revision %d)%s: the scheduler may bind part of the gang",
 			o.pod.name, o.pod.rv, o.recreatedAt, more(o))})
 	}
 	if o := first[afterPodGroupDeleted]; o != nil {
@@ -662,11 +673,11 @@ func (r *Recorder) judgePodGroups(name string, t *Timeline, now time.Time) (out 
 		if o.recreatedAt > 0 {
 			recreated = fmt.Sprintf("and recreated at revision %d", o.recreatedAt)
 		}
-		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) after its PodGroup was deleted (revision %d) %s%s: Volcano may bind part of the gang",
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) after its PodGroup was deleted (revision %d) %s%s: the scheduler may bind part of the gang",
 			o.pod.name, o.pod.rv, o.deletedAt, recreated, more(o))})
 	}
 	if o := first[noPodGroup]; o != nil {
-		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) and its PodGroup never appeared%s: Volcano cannot gang-schedule it",
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("pod %s was created (revision %d) and its PodGroup never appeared%s: the scheduler cannot gang-schedule it",
 			o.pod.name, o.pod.rv, more(o))})
 	}
 	return out, pending
@@ -757,6 +768,14 @@ func (r *Recorder) Bound(name string) int {
 		}
 	}
 	return n
+}
+
+// inGang says whether a pod names a PodGroup: Volcano's by the
+// scheduling.k8s.io/group-name annotation, Kubernetes' own by
+// spec.schedulingGroup.
+func inGang(p *corev1.Pod) bool {
+	return p.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] != "" ||
+		(p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil)
 }
 
 // conditionTrueSince is the lastTransitionTime of a True condition of the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -428,5 +429,32 @@ func TestMilestonesAreServerBounded(t *testing.T) {
 	}
 	if tl.BindSpread != 2900*time.Millisecond {
 		t.Errorf("bind spread %s, want 2.9s (2.1s to the 5s cap)", tl.BindSpread)
+	}
+}
+
+// Kubernetes' own PodGroups count as the gang's PodGroup, and a pod joins
+// by spec.schedulingGroup: created before it, the pod is caught.
+func TestNativePodGroups(t *testing.T) {
+	r := newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, NativeGangs: true})
+	native := func(cluster string, rv int) *k8sschedulingv1beta1.PodGroup {
+		return &k8sschedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: cluster + "-pg", ResourceVersion: strconv.Itoa(rv),
+			OwnerReferences: ownedBy("GPUCluster", cluster)}}
+	}
+	member := func(cluster, index, uid string, rv int) *corev1.Pod {
+		p := pod(cluster, index, uid, "", rv)
+		delete(p.Annotations, schedulingv1beta1.KubeGroupNameAnnotationKey)
+		name := cluster + "-pg"
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &name}
+		return p
+	}
+	r.Expect("ok", 1, t0)
+	r.event(native("ok", 1), added, at(0))
+	r.event(member("ok", "0", "a", 2), added, at(0))
+	r.Expect("early", 1, t0)
+	r.event(member("early", "0", "b", 3), added, at(0))
+	r.event(native("early", 4), added, at(0))
+	wantViolation(t, violations(r, at(5*time.Second)), "early", "before its PodGroup")
+	if tl := r.Timelines()["ok"]; tl.PodGroup.IsZero() {
+		t.Error("the native PodGroup was not seen as the gang's")
 	}
 }
