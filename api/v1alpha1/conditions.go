@@ -64,6 +64,12 @@ const (
 	ConditionGangScheduled = "GangScheduled"
 	// ConditionHeadReady: the head pod is Ready.
 	ConditionHeadReady = "HeadReady"
+	// ConditionGangPolicyComplete: the gang object the scheduler reads
+	// carries the whole gang policy gpulab computes (minMember,
+	// minTaskMember, minResources, queue, priority). False lists, in its
+	// message, what the scheduler cannot be told: nothing is dropped
+	// silently.
+	ConditionGangPolicyComplete = "GangPolicyComplete"
 
 	// ReasonAllPodsBound: every desired pod is bound.
 	ReasonAllPodsBound = "AllPodsBound"
@@ -72,6 +78,20 @@ const (
 	// ReasonVolcanoNotInstalled: scheduler volcano was asked for and
 	// Volcano's PodGroup API is not served.
 	ReasonVolcanoNotInstalled = "VolcanoNotInstalled"
+	// ReasonWorkloadAPINotServed: scheduler kubernetes was asked for and
+	// the API server does not serve scheduling.k8s.io PodGroups (the
+	// GenericWorkload feature gate and its API version are off).
+	ReasonWorkloadAPINotServed = "WorkloadAPINotServed"
+	// ReasonGangPolicyExpressed: the scheduler's gang object carries the
+	// whole gang policy.
+	ReasonGangPolicyExpressed = "GangPolicyExpressed"
+	// ReasonGangPolicyPartial: the scheduler's gang object cannot carry
+	// part of the gang policy (e.g. kube-scheduler's PodGroup has no
+	// per-task minimums, minResources or queue); the message says which.
+	ReasonGangPolicyPartial = "GangPolicyPartial"
+	// ReasonNoGang: scheduler default places each pod on its own; no gang
+	// policy is enforced.
+	ReasonNoGang = "NoGang"
 	// ReasonHeadPodReady: the head pod is Ready.
 	ReasonHeadPodReady = "HeadPodReady"
 	// ReasonHeadPodNotReady: the head pod is missing or not Ready.

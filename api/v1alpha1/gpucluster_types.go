@@ -20,7 +20,7 @@ const (
 )
 
 // GPUCluster is a head pod plus worker groups, created as bare pods and
-// gang-scheduled as one Volcano PodGroup.
+// gang-scheduled as one PodGroup: Volcano's, or Kubernetes' own.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -163,26 +163,37 @@ type GPURequest struct {
 }
 
 // SchedulerName selects who places a GPUCluster's pods.
-// +kubebuilder:validation:Enum=volcano;default
+// +kubebuilder:validation:Enum=volcano;kubernetes;default
 type SchedulerName string
 
 const (
-	// SchedulerVolcano gang-schedules the cluster through a Volcano PodGroup.
+	// SchedulerVolcano gang-schedules the cluster through a Volcano PodGroup
+	// (scheduling.volcano.sh/v1beta1).
 	SchedulerVolcano SchedulerName = "volcano"
+	// SchedulerKubernetes gang-schedules the cluster through kube-scheduler's
+	// own gang scheduling: a scheduling.k8s.io PodGroup with a gang policy,
+	// joined by every pod's spec.schedulingGroup (the GenericWorkload
+	// feature gate; scheduling.k8s.io/v1beta1, Kubernetes 1.37 and later).
+	SchedulerKubernetes SchedulerName = "kubernetes"
 	// SchedulerDefault leaves pods to the default kube-scheduler, without a gang.
 	SchedulerDefault SchedulerName = "default"
 )
 
 // SchedulingSpec selects the scheduler, queue and priority of a cluster's gang.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.scheduler) || self.scheduler != 'kubernetes' || !has(self.queue) || self.queue == 'default'",message="scheduling.queue names a Volcano queue: kube-scheduler's gang scheduling has no queues, so scheduler kubernetes takes only the default queue"
 type SchedulingSpec struct {
-	// Scheduler places the pods. Defaults to volcano. Immutable: switching
-	// would leave the gang's PodGroup behind, or pods outside any gang.
+	// Scheduler places the pods: volcano (a Volcano PodGroup), kubernetes
+	// (kube-scheduler's native gang scheduling) or default (no gang).
+	// Defaults to volcano. Immutable: switching would leave the gang's
+	// PodGroup behind, or pods outside any gang.
 	// +optional
 	// +kubebuilder:default=volcano
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="scheduling.scheduler is immutable: switching schedulers would orphan the gang's PodGroup; create a new cluster instead"
 	Scheduler SchedulerName `json:"scheduler,omitempty"`
 
 	// Queue is the Volcano queue of the PodGroup. Defaults to "default".
+	// Volcano only: with scheduler kubernetes it must stay "default".
 	// +optional
 	// +kubebuilder:default=default
 	// +kubebuilder:validation:MaxLength=253
@@ -243,7 +254,7 @@ type GPUClusterStatus struct {
 	// +listMapKey=name
 	Groups []GroupStatus `json:"groups,omitempty"`
 
-	// PodGroup mirrors the gang's Volcano PodGroup.
+	// PodGroup mirrors the gang's PodGroup (Volcano's or Kubernetes').
 	// +optional
 	PodGroup *PodGroupStatus `json:"podGroup,omitempty"`
 
@@ -255,7 +266,8 @@ type GPUClusterStatus struct {
 	// +optional
 	ReadyTime *metav1.Time `json:"readyTime,omitempty"`
 
-	// Conditions means Ready, Schedulable, Suspended.
+	// Conditions: Ready, Schedulable, GangScheduled, GangPolicyComplete,
+	// HeadReady, Suspended, ReconcileSucceeded.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -275,19 +287,31 @@ type GroupStatus struct {
 	GPUsPerPod int32 `json:"gpusPerPod,omitempty"`
 }
 
-// PodGroupStatus mirrors the parts of the Volcano PodGroup a user needs.
+// PodGroupStatus mirrors the parts of the gang's PodGroup a user needs:
+// Volcano's (scheduler volcano) or Kubernetes' own (scheduler kubernetes).
 type PodGroupStatus struct {
 	// Name of the PodGroup in the cluster's namespace.
 	Name string `json:"name"`
-	// Phase is Volcano's phase: Pending, Inqueue, Running, Unknown, Completed.
+	// APIVersion is the PodGroup's API (scheduling.volcano.sh/v1beta1 or
+	// scheduling.k8s.io/v1beta1); empty means Volcano's.
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// Phase is Volcano's phase (Pending, Inqueue, Running, Unknown,
+	// Completed) or, for a scheduling.k8s.io PodGroup, Pending, Scheduled,
+	// or the reason kube-scheduler gave for not scheduling it
+	// (Unschedulable, SchedulerError), from its PodGroupInitiallyScheduled
+	// condition.
 	// +optional
 	Phase string `json:"phase,omitempty"`
-	// MinMember is the gang size.
+	// MinMember is the gang size (a scheduling.k8s.io PodGroup's
+	// gang minCount).
 	MinMember int32 `json:"minMember"`
-	// MinTaskMember is the gang size per task (group).
+	// MinTaskMember is the gang size per task (group); only Volcano's
+	// PodGroup holds it.
 	// +optional
 	MinTaskMember map[string]int32 `json:"minTaskMember,omitempty"`
-	// MinResources is the sum of the effective requests of the gang's members.
+	// MinResources is the sum of the effective requests of the gang's
+	// members; only Volcano's PodGroup holds it.
 	// +optional
 	MinResources corev1.ResourceList `json:"minResources,omitempty"`
 }

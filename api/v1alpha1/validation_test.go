@@ -117,8 +117,13 @@ func TestGPUClusterValidation(t *testing.T) {
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Name = "Workers" }},
 		{name: "group name with a dash (pod names could collide across clusters)", message: "worker group names may not contain '-'",
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Name = "x-w1" }},
-		{name: "unknown scheduler", message: `supported values: "volcano", "default"`,
+		{name: "unknown scheduler", message: `supported values: "volcano", "kubernetes", "default"`,
 			mutate: func(g *v1.GPUCluster) { g.Spec.Scheduling.Scheduler = "yunikorn" }},
+		{name: "a Volcano queue for kube-scheduler's gangs", message: "scheduler kubernetes takes only the default queue",
+			mutate: func(g *v1.GPUCluster) {
+				g.Spec.Scheduling.Scheduler = v1.SchedulerKubernetes
+				g.Spec.Scheduling.Queue = "research"
+			}},
 		{name: "head without containers", message: "spec.head.template.spec.containers: Required value",
 			mutate: func(g *v1.GPUCluster) { g.Spec.Head.Template.Spec.Containers = nil }},
 	}
@@ -183,6 +188,29 @@ func expectUpdate(t *testing.T, c client.Client, obj client.Object, message stri
 	case message != "" && !strings.Contains(err.Error(), message):
 		t.Fatalf("rejected with %q; want it to contain %q", err, message)
 	}
+}
+
+// TestNativeGangCluster: scheduler kubernetes is accepted with the default
+// queue (set or defaulted), and a queue cannot be added to it later.
+func TestNativeGangCluster(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	for name, queue := range map[string]string{"native-defaulted": "", "native-default-queue": "default"} {
+		obj := validCluster(name)
+		obj.Spec.Scheduling = v1.SchedulingSpec{Scheduler: v1.SchedulerKubernetes, Queue: queue}
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if obj.Spec.Scheduling.Queue != "default" {
+			t.Errorf("%s: queue %q, want default", name, obj.Spec.Scheduling.Queue)
+		}
+	}
+	obj := &v1.GPUCluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "native-defaulted"}, obj); err != nil {
+		t.Fatal(err)
+	}
+	obj.Spec.Scheduling.Queue = "research"
+	expectUpdate(t, c, obj, "scheduler kubernetes takes only the default queue")
 }
 
 func TestGPUClusterDefaults(t *testing.T) {

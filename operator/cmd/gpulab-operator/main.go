@@ -1,5 +1,6 @@
 // Command gpulab-operator runs the gpulab operator: GPUClusters as head and
-// worker pods, gang-scheduled by Volcano, sized from real GPU capacity.
+// worker pods, gang-scheduled by Volcano or by kube-scheduler's native gang
+// scheduling, sized from real GPU capacity.
 package main
 
 import (

@@ -35,6 +35,7 @@ import (
 	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpujob"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
+	"github.com/gpulab/gpulab/operator/internal/scheduler"
 )
 
 // Scheme holds every kind the operator reads or writes.
@@ -218,10 +219,19 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if !volcano {
 		ctrl.Log.WithName("setup").Info("Volcano's PodGroup API is not served: GPUClusters with scheduler volcano will report VolcanoNotInstalled until it is installed and the operator restarted")
 	}
+	native, err := nativeGangsServed(mgr)
+	if err != nil {
+		return nil, err
+	}
+	if !native {
+		ctrl.Log.WithName("setup").Info("scheduling.k8s.io PodGroups are not served (GenericWorkload gate off): GPUClusters with scheduler kubernetes will report WorkloadAPINotServed until the API is served and the operator restarted",
+			"version", scheduler.NativePodGroupVersion.String())
+	}
 	r := gpucluster.New(mgr, m, gpucluster.Options{
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
 		ReconcileTimeout:        opts.ReconcileTimeout,
 		VolcanoInstalled:        volcano,
+		NativeGangsServed:       native,
 		StatusCoalesce:          opts.StatusCoalesce,
 		AgentLeaseNamespace:     opts.AgentLeaseNamespace,
 		SkipNameValidation:      opts.SkipNameValidation,
@@ -238,6 +248,23 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// nativeGangsServed says whether the API server serves scheduling.k8s.io
+// PodGroups in the version the operator writes (the GenericWorkload gate
+// and that version's runtime-config); the controller only watches them
+// when it does, so a cluster without the gate still runs every other
+// GPUCluster.
+func nativeGangsServed(mgr ctrl.Manager) (bool, error) {
+	gv := scheduler.NativePodGroupVersion
+	_, err := mgr.GetRESTMapper().RESTMapping(gv.WithKind("PodGroup").GroupKind(), gv.Version)
+	if err == nil {
+		return true, nil
+	}
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("discovering the scheduling.k8s.io PodGroup API: %w", err)
 }
 
 // volcanoServed says whether the API server serves Volcano's PodGroups; the

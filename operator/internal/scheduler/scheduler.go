@@ -1,6 +1,10 @@
 // Package scheduler is the seam between the GPUCluster controller and the
-// scheduler that places a cluster's pods: Volcano (a PodGroup gang) or the
-// default kube-scheduler (no gang).
+// scheduler that places a cluster's pods: Volcano (a scheduling.volcano.sh
+// PodGroup), Kubernetes itself (a scheduling.k8s.io PodGroup with a gang
+// policy, kube-scheduler's gangscheduling plugin) or the default
+// kube-scheduler without a gang. Every backend is fed the same gang
+// arithmetic (package sizing); what a backend cannot express it reports
+// through Coverage, never drops silently.
 package scheduler
 
 import (
@@ -14,8 +18,43 @@ import (
 	"github.com/gpulab/gpulab/operator/internal/sizing"
 )
 
-// ErrNotInstalled means the scheduler's API (Volcano's CRDs) is absent.
+// ErrNotInstalled means the scheduler's API (Volcano's CRDs, or the
+// scheduling.k8s.io PodGroups of the GenericWorkload gate) is not served.
+// Backends return it as a *NotServedError, which says so for status.
 var ErrNotInstalled = errors.New("scheduler not installed")
+
+// ErrReleasing means the gang's previous PodGroup is being deleted (a
+// suspended cluster's, or one replaced because an immutable field
+// changed): no pod may join the name until it is gone, and its deletion
+// wakes the cluster.
+var ErrReleasing = errors.New("the gang's previous PodGroup is being deleted")
+
+// NotServedError says which API a backend needs and is not served, as
+// the reason and message of the cluster's GangScheduled condition.
+type NotServedError struct {
+	// Reason is the condition reason (e.g. VolcanoNotInstalled).
+	Reason string
+	// Message tells the user what to install or enable.
+	Message string
+	// Err is the API server's (or REST mapper's) answer.
+	Err error
+}
+
+func (e *NotServedError) Error() string { return e.Message + ": " + e.Err.Error() }
+
+// Is makes errors.Is(err, ErrNotInstalled) hold.
+func (e *NotServedError) Is(target error) bool { return target == ErrNotInstalled }
+
+func (e *NotServedError) Unwrap() error { return e.Err }
+
+// Coverage is what a backend's gang object makes of a cluster's gang
+// policy, as the GangPolicyComplete condition says it.
+type Coverage struct {
+	// Complete says the gang object carries the whole policy.
+	Complete bool
+	// Reason and Message are the condition's.
+	Reason, Message string
+}
 
 // Backend places a cluster's pods as one unit, or not at all.
 type Backend interface {
@@ -26,17 +65,25 @@ type Backend interface {
 	Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, task string)
 	// Ensure creates or updates the gang before any pod exists and reports
 	// what it observed (nil when the scheduler has no gang object). The
-	// bool says whether the gang object changed.
+	// bool says whether the gang object changed. An error wrapping
+	// ErrNotInstalled says the API is not served; one wrapping
+	// ErrReleasing says to create no pod yet.
 	Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error)
 	// Release deletes the gang so its queue's resources are freed. Call it
 	// only once the cluster's pods are gone.
 	Release(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster) error
+	// Coverage says what of gang, computed for cluster, the gang object
+	// carries and what it cannot.
+	Coverage(cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) Coverage
 }
 
 // For returns the Backend implementation for a cluster's scheduler.
 func For(name gpulabv1alpha1.SchedulerName) Backend {
-	if name == gpulabv1alpha1.SchedulerDefault {
+	switch name {
+	case gpulabv1alpha1.SchedulerDefault:
 		return defaultScheduler{}
+	case gpulabv1alpha1.SchedulerKubernetes:
+		return Kubernetes{}
 	}
 	return Volcano{}
 }
@@ -56,4 +103,9 @@ func (defaultScheduler) Ensure(context.Context, client.Client, *gpulabv1alpha1.G
 
 func (defaultScheduler) Release(context.Context, client.Client, *gpulabv1alpha1.GPUCluster) error {
 	return nil
+}
+
+func (defaultScheduler) Coverage(*gpulabv1alpha1.GPUCluster, sizing.GangSize) Coverage {
+	return Coverage{Reason: gpulabv1alpha1.ReasonNoGang,
+		Message: "scheduler default: kube-scheduler places each pod on its own; no gang (minMember, minTaskMember, minResources) is enforced"}
 }

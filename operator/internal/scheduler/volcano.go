@@ -60,7 +60,7 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 	err := c.Get(ctx, key, pg)
 	switch {
 	case meta.IsNoMatchError(err):
-		return nil, false, fmt.Errorf("%w: PodGroup (scheduling.volcano.sh/v1beta1) is not served: %w", ErrNotInstalled, err)
+		return nil, false, volcanoNotServed(err)
 	case apierrors.IsNotFound(err):
 		pg = &schedulingv1beta1.PodGroup{
 			ObjectMeta: metav1.ObjectMeta{
@@ -74,7 +74,7 @@ func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alp
 		}
 		if err := c.Create(ctx, pg); err != nil {
 			if meta.IsNoMatchError(err) {
-				return nil, false, fmt.Errorf("%w: %w", ErrNotInstalled, err)
+				return nil, false, volcanoNotServed(err)
 			}
 			return nil, false, fmt.Errorf("creating PodGroup %s: %w", key.Name, err)
 		}
@@ -118,6 +118,18 @@ func (Volcano) Release(ctx context.Context, c client.Client, cluster *gpulabv1al
 	return err
 }
 
+// Coverage implements Backend: a Volcano PodGroup carries the whole gang
+// policy.
+func (Volcano) Coverage(*gpulabv1alpha1.GPUCluster, sizing.GangSize) Coverage {
+	return Coverage{Complete: true, Reason: gpulabv1alpha1.ReasonGangPolicyExpressed,
+		Message: "the Volcano PodGroup carries minMember, minTaskMember, minResources, queue and priorityClassName"}
+}
+
+func volcanoNotServed(err error) error {
+	return &NotServedError{Reason: gpulabv1alpha1.ReasonVolcanoNotInstalled, Err: err,
+		Message: "spec.scheduling.scheduler is volcano but Volcano's PodGroup API (scheduling.volcano.sh/v1beta1) is not served; install Volcano or use scheduler: default"}
+}
+
 func specEqual(a, b schedulingv1beta1.PodGroupSpec) bool {
 	return a.MinMember == b.MinMember && maps.Equal(a.MinTaskMember, b.MinTaskMember) &&
 		a.Queue == b.Queue && a.PriorityClassName == b.PriorityClassName &&
@@ -127,6 +139,7 @@ func specEqual(a, b schedulingv1beta1.PodGroupSpec) bool {
 func observed(pg *schedulingv1beta1.PodGroup) *gpulabv1alpha1.PodGroupStatus {
 	s := &gpulabv1alpha1.PodGroupStatus{
 		Name:          pg.Name,
+		APIVersion:    schedulingv1beta1.SchemeGroupVersion.String(),
 		Phase:         string(pg.Status.Phase),
 		MinMember:     pg.Spec.MinMember,
 		MinTaskMember: maps.Clone(pg.Spec.MinTaskMember),

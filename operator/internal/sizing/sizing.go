@@ -24,6 +24,9 @@ type Member struct {
 	Pod *corev1.Pod
 	// Min is how many of the task's pods the gang needs.
 	Min int32
+	// Count is how many pods the task has. Values below Min (zero
+	// included) mean Min: the task has no pods beyond those it needs.
+	Count int32
 }
 
 // GangSize is a PodGroup's sizing.
@@ -35,14 +38,17 @@ type GangSize struct {
 	MinTaskMember map[string]int32
 	// MinResources is the sum of the effective requests of those pods.
 	MinResources corev1.ResourceList
+	// TaskCount is how many pods each task has, tasks with Min 0 included.
+	TaskCount map[string]int32
 }
 
 // ForMembers sizes a gang. MinMember, MinTaskMember and MinResources always
 // describe the same set of pods. Tasks with Min 0 are left out of
 // MinTaskMember, as Volcano expects.
 func ForMembers(members []Member) GangSize {
-	g := GangSize{MinTaskMember: map[string]int32{}, MinResources: corev1.ResourceList{}}
+	g := GangSize{MinTaskMember: map[string]int32{}, MinResources: corev1.ResourceList{}, TaskCount: map[string]int32{}}
 	for _, m := range members {
+		g.TaskCount[m.Task] += max(m.Count, m.Min, 0)
 		if m.Min <= 0 {
 			continue
 		}
@@ -55,6 +61,29 @@ func ForMembers(members []Member) GangSize {
 		}
 	}
 	return g
+}
+
+// TaskMinimumsImplied says whether every set of MinMember of the gang's
+// pods holds MinTaskMember of each task, so that a scheduler that counts
+// only pods (kube-scheduler's gang minCount) still enforces the per-task
+// minimums. The worst mix takes every pod of the other tasks first, which
+// leaves task t MinMember - (all pods - t's pods); that reaches t's
+// minimum exactly when every other task needs all of its pods. So the
+// minimums are implied unless a task needs pods while another task has
+// pods it does not need (an elastic group, minReplicas < replicas, or a
+// group with minReplicas 0).
+func (g GangSize) TaskMinimumsImplied() bool {
+	for t, need := range g.MinTaskMember {
+		if need <= 0 {
+			continue
+		}
+		for other, count := range g.TaskCount {
+			if other != t && g.MinTaskMember[other] < count {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // EffectiveRequest is what the scheduler reserves for pod: the Kubernetes

@@ -101,6 +101,36 @@ func TestForMembersIsConsistent(t *testing.T) {
 	assertResources(t, g.MinResources, rl("cpu", "26", "memory", "55Gi", "nvidia.com/gpu", "24"))
 }
 
+// TestTaskMinimumsImplied: a pod count alone (kube-scheduler's minCount)
+// enforces the per-task minimums only when at most one task has pods
+// beyond its minimum.
+func TestTaskMinimumsImplied(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{container("c", rl("cpu", "1"))}}}
+	tests := []struct {
+		name    string
+		members []Member
+		want    bool
+	}{
+		{"every pod needed", []Member{{Task: "head", Min: 1}, {Task: "w", Min: 4, Count: 4}}, true},
+		{"count left zero means min", []Member{{Task: "head", Min: 1}, {Task: "w", Min: 4}}, true},
+		{"an elastic group: 3 workers meet minCount 3 without the head", []Member{{Task: "head", Min: 1, Count: 1}, {Task: "w", Min: 2, Count: 6}}, false},
+		{"only task elastic", []Member{{Task: "w", Min: 2, Count: 6}}, true},
+		{"an optional group can stand in for needed pods", []Member{{Task: "head", Min: 1}, {Task: "w", Min: 2}, {Task: "spare", Min: 0, Count: 3}}, false},
+		{"an empty optional group cannot", []Member{{Task: "head", Min: 1}, {Task: "w", Min: 2}, {Task: "spare", Min: 0, Count: 0}}, true},
+		{"two full groups", []Member{{Task: "head", Min: 1}, {Task: "a", Min: 3, Count: 3}, {Task: "b", Min: 5, Count: 5}}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.members {
+				tc.members[i].Pod = pod
+			}
+			if got := ForMembers(tc.members).TaskMinimumsImplied(); got != tc.want {
+				t.Errorf("TaskMinimumsImplied() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func assertResources(t *testing.T, got, want corev1.ResourceList) {
 	t.Helper()
 	if len(got) != len(want) {

@@ -1,7 +1,7 @@
 // Package gpucluster reconciles GPUClusters: a head pod and worker groups,
 // created as bare pods with deterministic names, gang-scheduled through a
-// Volcano PodGroup sized from the pods as built and checked against the
-// healthy GPU inventory.
+// PodGroup (Volcano's or Kubernetes' own, package scheduler) sized from the
+// pods as built and checked against the healthy GPU inventory.
 package gpucluster
 
 import (
@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	k8sscheduling "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -64,6 +65,7 @@ const recheckCapacity = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configures the reconciler. Zero values take the defaults noted.
@@ -75,6 +77,10 @@ type Options struct {
 	// VolcanoInstalled says whether PodGroups are served; without it the
 	// controller does not watch them and volcano clusters report it.
 	VolcanoInstalled bool
+	// NativeGangsServed says whether scheduling.k8s.io PodGroups are
+	// served (the GenericWorkload gate); without it the controller does
+	// not watch them and kubernetes clusters report it.
+	NativeGangsServed bool
 	// StatusCoalesce is how long after a status write a progress-only
 	// change waits (status.go). Defaults to DefaultStatusCoalesce.
 	StatusCoalesce time.Duration
@@ -153,6 +159,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.opts.VolcanoInstalled {
 		written = append(written, &schedulingv1beta1.PodGroup{})
 	}
+	if r.opts.NativeGangsServed {
+		written = append(written, &k8sscheduling.PodGroup{})
+	}
 	if err := r.writes.Track(ctx, mgr.GetCache(), written...); err != nil {
 		return err
 	}
@@ -180,6 +189,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		})
 	if r.opts.VolcanoInstalled {
 		b = b.Watches(&schedulingv1beta1.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, podGroupTurned), builder.WithPredicates(podGroupChanged))
+	}
+	if r.opts.NativeGangsServed {
+		b = b.Watches(&k8sscheduling.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nativePodGroupTurned), builder.WithPredicates(nativePodGroupChanged))
 	}
 	return b.Complete(r)
 }
@@ -264,7 +276,8 @@ type scope struct {
 	pods       []corev1.Pod
 	podsListed bool
 	podGroup   *gpulabv1alpha1.PodGroupStatus
-	// gangErr is why the gang could not be ensured (e.g. Volcano absent).
+	// gangErr is why the gang could not be ensured (e.g. Volcano absent,
+	// or its previous PodGroup still being deleted).
 	gangErr error
 	// conflict is a child name held by an object this cluster does not control.
 	conflict error
@@ -399,10 +412,17 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if err := r.reconcileGang(ctx, s); err != nil {
-		if errors.Is(err, scheduler.ErrNotInstalled) {
-			// A condition, not a crash loop: retry slowly in case Volcano
-			// is installed later.
+		switch {
+		case errors.Is(err, scheduler.ErrNotInstalled):
+			// A condition, not a crash loop: retry slowly in case the
+			// scheduler's API (Volcano, the GenericWorkload gate) is
+			// served later.
 			return ctrl.Result{RequeueAfter: time.Minute}, nil
+		case errors.Is(err, scheduler.ErrReleasing):
+			// No pod joins a PodGroup being deleted. Pods of the old spec
+			// still go: the old PodGroup goes only once they have. Its
+			// deletion wakes us; the recheck is a fallback.
+			return ctrl.Result{RequeueAfter: recheckConflict}, r.deleteOutdatedPods(ctx, s)
 		}
 		return ctrl.Result{}, err
 	}
@@ -411,9 +431,12 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 
 func (r *Reconciler) reconcileGang(ctx context.Context, s *scope) error {
 	status, changed, err := s.gang.Ensure(ctx, r.client, s.cluster, s.desired.gang)
+	if changed {
+		r.metrics.PodGroupUpdated()
+	}
 	if err != nil {
 		s.gangErr = err
-		if errors.Is(err, scheduler.ErrNotInstalled) {
+		if errors.Is(err, scheduler.ErrNotInstalled) || errors.Is(err, scheduler.ErrReleasing) {
 			return err
 		}
 		if !namespaceTerminating(err) {
@@ -422,9 +445,6 @@ func (r *Reconciler) reconcileGang(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.podGroup = status
-	if changed {
-		r.metrics.PodGroupUpdated()
-	}
 	return nil
 }
 

@@ -36,7 +36,9 @@ type desiredState struct {
 	pods    map[string]*corev1.Pod // by name
 	service *corev1.Service
 	gang    sizing.GangSize
-	verdict capacity.Verdict
+	// coverage is what the scheduler's gang object makes of gang.
+	coverage scheduler.Coverage
+	verdict  capacity.Verdict
 }
 
 // podName is the deterministic name of a pod of group g.
@@ -95,9 +97,10 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, fleet []capacity.Node, ove
 			sample = buildPod(cluster, g, 0, gang)
 		}
 		sample = withOverhead(sample, overheads)
-		members = append(members, sizing.Member{Task: g.name, Pod: sample, Min: g.min})
+		members = append(members, sizing.Member{Task: g.name, Pod: sample, Min: g.min, Count: g.replicas})
 	}
 	d.gang = sizing.ForMembers(members)
+	d.coverage = gang.Coverage(cluster, d.gang)
 	d.verdict = capacity.Check(fleet, demands)
 	d.service = buildHeadService(cluster)
 	return d

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sscheduling "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -203,6 +204,49 @@ var podGroupChanged = predicate.Funcs{
 // controller changed.
 func podGroupSpecChanged(was, now *schedulingv1beta1.PodGroup) bool {
 	return was.Generation != now.Generation || was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() || !sameController(was, now)
+}
+
+// nativePodGroupChanged passes scheduling.k8s.io PodGroup updates that
+// change its spec, deletion or controller, or kube-scheduler's verdict on
+// it (its PodGroupInitiallyScheduled condition).
+var nativePodGroupChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		was, ok1 := e.ObjectOld.(*k8sscheduling.PodGroup)
+		now, ok2 := e.ObjectNew.(*k8sscheduling.PodGroup)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return nativePodGroupSpecChanged(was, now) || nativeVerdict(was) != nativeVerdict(now)
+	},
+}
+
+// nativePodGroupTurned says whether a scheduling.k8s.io PodGroup's update
+// may turn its gang's verdict: every change nativePodGroupChanged passes
+// but the gang being placed, which is progress.
+func nativePodGroupTurned(_ context.Context, e event.UpdateEvent) bool {
+	was, ok1 := e.ObjectOld.(*k8sscheduling.PodGroup)
+	now, ok2 := e.ObjectNew.(*k8sscheduling.PodGroup)
+	if !ok1 || !ok2 || nativePodGroupSpecChanged(was, now) {
+		return true
+	}
+	return nativeVerdict(was) != nativeVerdict(now) && nativeVerdict(now) != string(metav1.ConditionTrue)
+}
+
+func nativePodGroupSpecChanged(was, now *k8sscheduling.PodGroup) bool {
+	return was.Generation != now.Generation || was.DeletionTimestamp.IsZero() != now.DeletionTimestamp.IsZero() || !sameController(was, now)
+}
+
+// nativeVerdict is kube-scheduler's verdict on a PodGroup: its
+// PodGroupInitiallyScheduled condition's status and reason.
+func nativeVerdict(pg *k8sscheduling.PodGroup) string {
+	c := meta.FindStatusCondition(pg.Status.Conditions, k8sscheduling.PodGroupInitiallyScheduled)
+	if c == nil {
+		return ""
+	}
+	if c.Status == metav1.ConditionTrue {
+		return string(c.Status)
+	}
+	return string(c.Status) + "/" + c.Reason
 }
 
 func sameController(a, b client.Object) bool {

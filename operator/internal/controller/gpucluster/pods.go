@@ -143,6 +143,16 @@ func (r *Reconciler) recreateGang(ctx context.Context, s *scope, stale []string)
 	return r.deletePods(ctx, s, live, "spec changed")
 }
 
+// deleteOutdatedPods deletes the whole gang if any of its pods was built
+// from an older spec, as a rollout does, and creates none: what a cluster
+// does while its new PodGroup cannot be created yet.
+func (r *Reconciler) deleteOutdatedPods(ctx context.Context, s *scope) error {
+	if stale := s.stalePods(); len(stale) > 0 {
+		return r.recreateGang(ctx, s, stale)
+	}
+	return nil
+}
+
 // createParallelism bounds concurrent pod creates within one reconcile: a
 // gang's pods are created together, so its creation latency is a few round
 // trips, not one per pod.

@@ -309,15 +309,17 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 			summarize(s.staleInventories), gpulabv1alpha1.StaleHeartbeats)
 	}
 	set(gpulabv1alpha1.ConditionSchedulable, v.Fits, v.Reason, msg)
-	volcanoMissing := errors.Is(s.gangErr, scheduler.ErrNotInstalled)
+	var notServed *scheduler.NotServedError
+	gangMissing := errors.As(s.gangErr, &notServed)
 	switch {
-	case volcanoMissing:
-		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonVolcanoNotInstalled,
-			"spec.scheduling.scheduler is volcano but Volcano's PodGroup API (scheduling.volcano.sh/v1beta1) is not served; install Volcano or use scheduler: default")
+	case gangMissing:
+		set(gpulabv1alpha1.ConditionGangScheduled, false, notServed.Reason, notServed.Message)
 	case suspended:
 		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonSuspendRequested, "the cluster is suspended")
 	case allBound:
 		set(gpulabv1alpha1.ConditionGangScheduled, true, gpulabv1alpha1.ReasonAllPodsBound, fmt.Sprintf("all %d pods are bound", next.DesiredPods))
+	case errors.Is(s.gangErr, scheduler.ErrReleasing):
+		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonPodsPending, "waiting for every pod to be bound; "+s.gangErr.Error())
 	default:
 		// No per-pod counts in messages: each would cost a status write.
 		msg := "waiting for every pod to be bound"
@@ -326,6 +328,8 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 		}
 		set(gpulabv1alpha1.ConditionGangScheduled, false, gpulabv1alpha1.ReasonPodsPending, msg)
 	}
+	c := s.desired.coverage
+	set(gpulabv1alpha1.ConditionGangPolicyComplete, c.Complete, c.Reason, c.Message)
 	if counts.headReady && !suspended {
 		set(gpulabv1alpha1.ConditionHeadReady, true, gpulabv1alpha1.ReasonHeadPodReady, "the head pod is Ready")
 	} else {
@@ -348,7 +352,7 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 	switch {
 	case suspended:
 		next.Phase = gpulabv1alpha1.ClusterSuspended
-	case volcanoMissing:
+	case gangMissing:
 		next.Phase = gpulabv1alpha1.ClusterFailed
 	case !v.Fits:
 		next.Phase = gpulabv1alpha1.ClusterUnschedulable

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,9 +18,10 @@ import (
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
-// TestWithoutVolcano: on an API server without Volcano's CRDs the operator
-// starts, reports VolcanoNotInstalled for volcano clusters without creating
-// pods, and runs scheduler: default clusters.
+// TestWithoutVolcano: on an API server without Volcano's CRDs and without
+// the GenericWorkload gate the operator starts, reports VolcanoNotInstalled
+// for volcano clusters and WorkloadAPINotServed for kubernetes clusters
+// without creating pods, and runs scheduler: default clusters.
 func TestWithoutVolcano(t *testing.T) {
 	needEnv(t)
 	bare := envtest.StartForTest(t, envtest.Options{CRDDirs: []string{filepath.Join("..", "..", "..", "config", "crd", "bases")}})
@@ -52,6 +54,23 @@ func TestWithoutVolcano(t *testing.T) {
 		got := testutil.GetCluster(t, c, ns, "gang")
 		cond := meta.FindStatusCondition(got.Status.Conditions, gpulabv1alpha1.ConditionGangScheduled)
 		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonVolcanoNotInstalled && got.Status.Phase == gpulabv1alpha1.ClusterFailed,
+			fmt.Sprintf("phase %s, %+v", got.Status.Phase, cond)
+	})
+	if n := len(testutil.ListPods(t, c, ns)); n != 0 {
+		t.Errorf("%d pods created without a gang", n)
+	}
+
+	native := testutil.NewCluster(ns, "native", 1, 1)
+	native.Spec.WorkerGroups[0].GPUs = nil
+	native.Spec.Scheduling.Scheduler = gpulabv1alpha1.SchedulerKubernetes
+	if err := c.Create(ctx, native); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "WorkloadAPINotServed", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "native")
+		cond := meta.FindStatusCondition(got.Status.Conditions, gpulabv1alpha1.ConditionGangScheduled)
+		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonWorkloadAPINotServed && strings.Contains(cond.Message, "GenericWorkload") &&
+				got.Status.Phase == gpulabv1alpha1.ClusterFailed,
 			fmt.Sprintf("phase %s, %+v", got.Status.Phase, cond)
 	})
 	if n := len(testutil.ListPods(t, c, ns)); n != 0 {
