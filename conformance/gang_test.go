@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -78,7 +80,7 @@ func TestGang(t *testing.T) {
 			if opts.Workload == "gpucluster" && meta.IsStatusConditionFalse(s.get(ctx, "too-big").Status.Conditions, gpulabv1alpha1.ConditionSchedulable) {
 				failf(t, "gpulab judged a gang that fits the pool's total capacity never schedulable: the scheduler was not asked")
 			}
-			if _, err := podGroupOf(ctx, s, "too-big"); err != nil {
+			if err := gangPodGroupExists(ctx, s, "too-big"); err != nil {
 				failf(t, "the gang has no PodGroup, so no scheduler held it: %v", err)
 			} else if !held {
 				failf(t, "the scheduler never reported the gang's PodGroup Unschedulable: %s", workload().describe(ctx, s, "too-big"))
@@ -143,6 +145,15 @@ func TestGang(t *testing.T) {
 // heldByScheduler says whether the scheduler reports the gang's PodGroup
 // Unschedulable: the scheduler's own verdict, not gpulab's.
 func heldByScheduler(ctx context.Context, s *scenario, gang string) bool {
+	if nativeGangs() {
+		// kube-scheduler's verdict on the whole gang.
+		pg, err := nativePodGroupOf(ctx, s, gang)
+		if err != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, k8sschedulingv1beta1.PodGroupInitiallyScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == k8sschedulingv1beta1.PodGroupReasonUnschedulable
+	}
 	pg, err := podGroupOf(ctx, s, gang)
 	if err != nil {
 		return false
@@ -153,4 +164,14 @@ func heldByScheduler(ctx context.Context, s *scenario, gang string) bool {
 		}
 	}
 	return false
+}
+
+// gangPodGroupExists says whether the gang has its scheduler's PodGroup.
+func gangPodGroupExists(ctx context.Context, s *scenario, gang string) error {
+	if nativeGangs() {
+		_, err := nativePodGroupOf(ctx, s, gang)
+		return err
+	}
+	_, err := podGroupOf(ctx, s, gang)
+	return err
 }

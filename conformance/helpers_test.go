@@ -69,7 +69,8 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 			fatalf(t, "creating namespace: %v", err)
 		}
 	}
-	in := measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns, Workload: workload().recorded()}
+	in := measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns, Workload: workload().recorded(),
+		NativeGangs: nativeGangs()}
 	if !s.ownNS {
 		// A shared namespace: judge only what this scenario made.
 		in.Follow = s.owns

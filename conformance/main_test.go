@@ -110,7 +110,7 @@ func TestMain(m *testing.M) {
 			Profile: o.Profile, Kubeconfig: o.Kubeconfig, Context: o.Context, Scale: o.Scale, Fleet: o.Fleet,
 			OutDir: filepath.Join(out, "logs"), OperatorBinary: o.OperatorBinary, Keep: o.Keep, Log: os.Stdout,
 			TestbedName: o.TestbedName, OperatorNamespace: o.OperatorNamespace, Workload: o.Workload, OperatorMetricsURL: o.OperatorMetricsURL,
-			ClientQPS: o.ClientQPS,
+			ClientQPS: o.ClientQPS, NativeGangs: o.Scheduler == "kubernetes",
 		})
 		if err != nil {
 			setupErr = fmt.Errorf("profile %s: %w", o.Profile, err)
@@ -242,6 +242,9 @@ func storeResults(out string) error {
 func withSuiteVersion(e results.Environment) results.Environment {
 	v := version.Get()
 	e.SuiteVersion, e.SuiteCommit, e.Workload = v.Version, v.Commit, opts.Workload
+	if opts.Scheduler == "kubernetes" {
+		e.Scheduler, e.SchedulerVersion = opts.Scheduler, e.KubernetesVersion
+	}
 	return e
 }
 

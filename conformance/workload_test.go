@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,6 +113,10 @@ func (gpuClusters) build(name string, groups []workerGroup) client.Object {
 		gc.Spec.WorkerGroups = append(gc.Spec.WorkerGroups, wg)
 	}
 	gc.Spec.Scheduling.Queue = fp.queue
+	if nativeGangs() {
+		// Kubernetes' gangs have no queues.
+		gc.Spec.Scheduling.Scheduler, gc.Spec.Scheduling.Queue = gpulabv1alpha1.SchedulerKubernetes, ""
+	}
 	return gc
 }
 
@@ -150,6 +155,17 @@ func (volcanoJobs) describe(ctx context.Context, s *scenario, name string) strin
 // Job creates no pod before its PodGroup is Inqueue, so a gang without pods
 // is told apart by whether the scheduler admitted it and why not.
 func describePodGroup(ctx context.Context, s *scenario, gang string) string {
+	if nativeGangs() {
+		pg, err := nativePodGroupOf(ctx, s, gang)
+		if err != nil {
+			return "PodGroup: " + err.Error()
+		}
+		desc := fmt.Sprintf("PodGroup %s (scheduling.k8s.io)", pg.Name)
+		for _, c := range pg.Status.Conditions {
+			desc += fmt.Sprintf(", %s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+		}
+		return desc
+	}
 	pg, err := podGroupOf(ctx, s, gang)
 	if err != nil {
 		return "PodGroup: " + err.Error()
@@ -252,6 +268,26 @@ func (bareGangs) afterCreate(ctx context.Context, _ *scenario, objs []client.Obj
 func (bareGangs) describe(ctx context.Context, s *scenario, name string) string {
 	tl := s.recorder.Timelines()[name]
 	return fmt.Sprintf("%d of %d pods created, %d bound; %s", tl.Pods, tl.Desired, s.recorder.Bound(name), describePodGroup(ctx, s, name))
+}
+
+// nativeGangs says the run's gangs are kube-scheduler's own
+// (--scheduler=kubernetes).
+func nativeGangs() bool { return opts.Scheduler == "kubernetes" }
+
+// nativePodGroupOf is the gang's scheduling.k8s.io PodGroup: the one
+// whose controller is the gang's object.
+func nativePodGroupOf(ctx context.Context, s *scenario, gang string) (*k8sschedulingv1beta1.PodGroup, error) {
+	var pgs k8sschedulingv1beta1.PodGroupList
+	if err := s.c.List(ctx, &pgs, client.InNamespace(s.ns)); err != nil {
+		return nil, err
+	}
+	kind := workload().recorded().Kind()
+	for i := range pgs.Items {
+		if ref := metav1.GetControllerOf(&pgs.Items[i]); ref != nil && ref.Kind == kind && ref.Name == gang {
+			return &pgs.Items[i], nil
+		}
+	}
+	return nil, apierrors.NewNotFound(k8sschedulingv1beta1.Resource("podgroups"), gang)
 }
 
 // podGroupOf is the PodGroup Volcano gang-schedules the gang with: the

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -46,9 +47,13 @@ type Options struct {
 	// OperatorNamespace is where gpulab's operator runs (kind, cluster).
 	OperatorNamespace string
 	// Workload is the gangs the run measures: gpucluster (default),
-	// raycluster or vcjob. It decides what the cluster must have, and the
-	// local profile runs KubeRay's operator for raycluster.
+	// raycluster, vcjob or bare. It decides what the cluster must have, and
+	// the local profile runs KubeRay's operator for raycluster.
 	Workload string
+	// NativeGangs: the gangs are kube-scheduler's own. The local testbed
+	// then serves scheduling.k8s.io PodGroups (the GenericWorkload gate);
+	// a cluster must serve them already.
+	NativeGangs bool
 	// OperatorMetricsURL is where the workload's operator serves /metrics,
 	// when it was given: for raycluster, a KubeRay that runs outside any
 	// Deployment (a process) is then taken as there.
@@ -274,6 +279,13 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the cluster lacks %v, which --workload=%s needs: %s", missing, workloadOrDefault(opts.Workload), installHint(opts.Workload))
+	}
+	if opts.NativeGangs {
+		if _, err := c.RESTMapper().RESTMapping(schema.GroupKind{Group: "scheduling.k8s.io", Kind: "PodGroup"}, "v1beta1"); err != nil {
+			return nil, fmt.Errorf("--scheduler=kubernetes: the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups "+
+				"(kube-apiserver, kube-scheduler and kube-controller-manager need --feature-gates=GenericWorkload=true, "+
+				"kube-apiserver --runtime-config=scheduling.k8s.io/v1beta1=true): %w", err)
+		}
 	}
 	if opts.Workload == "raycluster" {
 		if err := checkKubeRayBatchScheduler(ctx, c, opts.OperatorMetricsURL); err != nil {

@@ -55,6 +55,7 @@ func Rules() []Rule {
 		{"gpulab.io", "gpujobs", manage, "the job feature", nil},
 		{"gpulab.io", "gpuinventories", read, "the inventory feature", nil},
 		{"scheduling.volcano.sh", "podgroups", read, "each gang's PodGroup and the scheduler's verdict on it", nil},
+		{"scheduling.k8s.io", "podgroups", read, "each gang's PodGroup and kube-scheduler's verdict on it, with --scheduler=kubernetes", nil},
 		{"scheduling.volcano.sh", "queues", []string{"get", "list", "create", "delete"}, "the run's queue, capped at --max-gpus; --queue is read", nil},
 		{"batch.volcano.sh", "jobs", manage, "the gangs of --workload=vcjob", nil},
 		{"ray.io", "rayclusters", manage, "the gangs of --workload=raycluster", nil},
