@@ -149,7 +149,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute,
 		// KubeRay gets the concurrency and client limits the gpulab
 		// operator gets (newOperatorProcess), so their numbers compare.
-		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency,
+		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency, NativeGangs: opts.NativeGangs,
 		KubeRayQPS: OperatorQPS, KubeRayBurst: OperatorBurst})
 	if err != nil {
 		return nil, err

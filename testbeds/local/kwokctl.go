@@ -83,44 +83,48 @@ var kwokStages = []string{
 // from: local binaries only (nothing is downloaded), loopback only, Volcano
 // (and KubeRay's operator, when kuberay is not nil) as extra components
 // kwokctl supervises, and kwok's stages.
-func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string) ([]byte, error) {
+func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string, nativeGangs bool) ([]byte, error) {
 	components := append(volcano.components(workdir, bins),
 		agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics))
 	if kuberay != nil {
 		components = append(components, kuberay.component(workdir, bins))
 	}
+	options := map[string]any{
+		"runtime":                     "binary",
+		"bindAddress":                 "127.0.0.1",
+		"kubeVersion":                 binaries.KubernetesVersion,
+		"etcdVersion":                 strings.TrimPrefix(binaries.EtcdVersion, "v"),
+		"kwokVersion":                 binaries.KwokVersion,
+		"etcdBinary":                  bins.Etcd,
+		"kubeApiserverBinary":         bins.KubeAPIServer,
+		"kubeControllerManagerBinary": bins.KubeControllerManager,
+		"kubeSchedulerBinary":         bins.KubeScheduler,
+		"kubectlBinary":               bins.Kubectl,
+		"kwokControllerBinary":        bins.Kwok,
+		"quietPull":                   true,
+		// Every port is chosen by the testbed (see Ports), never by kwokctl.
+		"etcdPort":                  volcano.ports.Etcd,
+		"etcdPeerPort":              volcano.ports.EtcdPeer,
+		"kubeApiserverPort":         volcano.ports.KubeAPIServer,
+		"kubeControllerManagerPort": volcano.ports.KubeControllerManager,
+		"kubeSchedulerPort":         volcano.ports.KubeScheduler,
+		"kwokControllerPort":        volcano.ports.KwokController,
+		// kwok renews every node's lease with four workers in all; at
+		// 1,000 gangs on 1,250 nodes, on a saturated API server, a
+		// round of renewals took over a minute, and the node
+		// lifecycle controller tainted a quarter of the nodes
+		// not-ready mid-run. The grace period is the testbed's, not
+		// a verdict on the cluster under test.
+		"kubeControllerManagerNodeMonitorGracePeriodMilliseconds": nodeMonitorGracePeriod.Milliseconds(),
+	}
+	if nativeGangs {
+		NativeGangKwokctlOptions(options)
+	}
 	docs := []any{
 		kwokctlConfiguration{
 			APIVersion: "config.kwok.x-k8s.io/v1alpha1",
 			Kind:       "KwokctlConfiguration",
-			Options: map[string]any{
-				"runtime":                     "binary",
-				"bindAddress":                 "127.0.0.1",
-				"kubeVersion":                 binaries.KubernetesVersion,
-				"etcdVersion":                 strings.TrimPrefix(binaries.EtcdVersion, "v"),
-				"kwokVersion":                 binaries.KwokVersion,
-				"etcdBinary":                  bins.Etcd,
-				"kubeApiserverBinary":         bins.KubeAPIServer,
-				"kubeControllerManagerBinary": bins.KubeControllerManager,
-				"kubeSchedulerBinary":         bins.KubeScheduler,
-				"kubectlBinary":               bins.Kubectl,
-				"kwokControllerBinary":        bins.Kwok,
-				"quietPull":                   true,
-				// Every port is chosen by the testbed (see Ports), never by kwokctl.
-				"etcdPort":                  volcano.ports.Etcd,
-				"etcdPeerPort":              volcano.ports.EtcdPeer,
-				"kubeApiserverPort":         volcano.ports.KubeAPIServer,
-				"kubeControllerManagerPort": volcano.ports.KubeControllerManager,
-				"kubeSchedulerPort":         volcano.ports.KubeScheduler,
-				"kwokControllerPort":        volcano.ports.KwokController,
-				// kwok renews every node's lease with four workers in all; at
-				// 1,000 gangs on 1,250 nodes, on a saturated API server, a
-				// round of renewals took over a minute, and the node
-				// lifecycle controller tainted a quarter of the nodes
-				// not-ready mid-run. The grace period is the testbed's, not
-				// a verdict on the cluster under test.
-				"kubeControllerManagerNodeMonitorGracePeriodMilliseconds": nodeMonitorGracePeriod.Milliseconds(),
-			},
+			Options:    options,
 			Components: components,
 			ComponentsPatches: []kwokComponentPatch{
 				{
@@ -191,7 +195,7 @@ func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano
 	if err := os.MkdirAll(t.stateDir(), 0o755); err != nil {
 		return err
 	}
-	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent)
+	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent, t.opts.NativeGangs)
 	if err != nil {
 		return err
 	}

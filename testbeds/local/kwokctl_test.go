@@ -13,7 +13,9 @@ import (
 // binaries only (so kwokctl never downloads), loopback only, Volcano as
 // supervised components with pid and log files in the cluster's workdir,
 // and the stages read from kwok's module.
-func TestKwokctlConfigStaysLocal(t *testing.T) {
+// fakeKwokStages is a kwok module directory holding just its stages.
+func fakeKwokStages(t *testing.T) string {
+	t.Helper()
 	kwokDir := t.TempDir()
 	for _, stage := range kwokStages {
 		path := filepath.Join(kwokDir, stage)
@@ -24,6 +26,11 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return kwokDir
+}
+
+func TestKwokctlConfigStaysLocal(t *testing.T) {
+	kwokDir := fakeKwokStages(t)
 	bins := &binaries.Set{
 		Etcd: "/c/etcd", KubeAPIServer: "/c/kube-apiserver", KubeControllerManager: "/c/kcm", KubeScheduler: "/c/ks",
 		Kubectl: "/c/kubectl", Kwok: "/c/kwok", Kwokctl: "/c/kwokctl",
@@ -35,7 +42,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		Etcd: 5, EtcdPeer: 6, KubeAPIServer: 7, KubeControllerManager: 8, KubeScheduler: 9, KwokController: 10,
 		KubeRayMetrics: 11, KubeRayHealthz: 12,
 	}}
-	out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent")
+	out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +98,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 	// With KubeRay: one more component, gang-scheduling through Volcano,
 	// on the testbed's loopback ports.
 	k := &kubeRaySetup{kubeconfig: v.kubeconfig, ports: v.ports, reconcileConcurrency: 4, qps: 200, burst: 400}
-	out, err = renderKwokctlConfig("/work", bins, v, k, "/c/gpulab-agent")
+	out, err = renderKwokctlConfig("/work", bins, v, k, "/c/gpulab-agent", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,5 +126,24 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 	k.reconcileConcurrency = 0
 	if args := strings.Join(k.component("/work", bins).Args, " "); strings.Contains(args, "--reconcile-concurrency") {
 		t.Errorf("reconcile concurrency 0 must keep KubeRay's default, got args %s", args)
+	}
+}
+
+// Native gangs: the gate for every control-plane process kwokctl starts,
+// the PodGroup API served; without them, neither.
+func TestKwokctlConfigNativeGangs(t *testing.T) {
+	bins := &binaries.Set{KwokModuleDir: fakeKwokStages(t)}
+	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml"}
+	for _, native := range []bool{false, true} {
+		out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", native)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config := string(out)
+		for _, want := range []string{"kubeFeatureGates: GenericWorkload=true", "kubeRuntimeConfig: scheduling.k8s.io/v1beta1=true"} {
+			if strings.Contains(config, want) != native {
+				t.Errorf("native gangs %v: config has %q: %v", native, want, !native)
+			}
+		}
 	}
 }
