@@ -142,16 +142,19 @@ CONFORMANCE_ARGS  ?=
 # The gangs to measure: gpucluster (gpulab's operator), raycluster (KubeRay,
 # which the testbed then runs) or vcjob (Volcano Jobs).
 WORKLOAD          ?= gpucluster
+# Who gang-schedules the gpucluster workload: volcano or kubernetes
+# (kube-scheduler's own gangs; the local testbed turns the gate on).
+SCHEDULER         ?= volcano
 
 # PROFILE=kind runs it on a fresh kind cluster instead (Docker, root; the
 # node image is built first if missing: `make kind-image`).
 PROFILE           ?= local
 
 .PHONY: conformance
-conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob) and print the report.
+conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes) and print the report.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scale=$(CONFORMANCE_SCALE) \
+	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scheduler=$(SCHEDULER) --scale=$(CONFORMANCE_SCALE) \
 		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS)
 
 NIGHTLY_RUNS     ?= 3
@@ -254,8 +257,8 @@ testbed-binaries-all: $(TESTBED) ## testbed-binaries, KubeRay's operator, Promet
 	$(TESTBED) build --kuberay --monitoring
 
 .PHONY: testbed-up
-testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator; VOLCANO_VERSION, KUBERAY_VERSION) and print its kubeconfig.
-	$(TESTBED) up $(if $(filter 1 true,$(TESTBED_KUBERAY)),--kuberay)
+testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator; TESTBED_NATIVE_GANGS=1 turns on Kubernetes' own gangs; VOLCANO_VERSION, KUBERAY_VERSION) and print its kubeconfig.
+	$(TESTBED) up $(if $(filter 1 true,$(TESTBED_KUBERAY)),--kuberay) $(if $(filter 1 true,$(TESTBED_NATIVE_GANGS)),--native-gangs)
 
 .PHONY: testbed-down
 testbed-down: $(TESTBED) ## Stop the local testbed and remove its state.

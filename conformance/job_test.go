@@ -28,6 +28,9 @@ func TestJob(t *testing.T) {
 		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			overCapacity(t)
 			gpulabOnly(t, "GPUJob")
+			if nativeGangs() {
+				skipf(t, "the queue that fits one gang is Volcano's; kube-scheduler's gangs (--scheduler=kubernetes) have no queues")
+			}
 			s := newScenario(ctx, t, name)
 			r := freeCapacityOrSkip(ctx, t)
 			workers := footprint.JobWorkers(r)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -212,6 +213,10 @@ func (w *operatorWatch) stop(ctx context.Context, t *testing.T) operatorDelta {
 // (minMember and minResources) and fails if the gangs differ: a comparison
 // of two operators holds only if both asked Volcano for the same gangs.
 func recordGangShape(ctx context.Context, t *testing.T, s *scenario, feature string) {
+	if nativeGangs() {
+		recordNativeGangShape(ctx, t, s, feature)
+		return
+	}
 	var all schedulingv1beta1.PodGroupList
 	if err := s.c.List(ctx, &all, client.InNamespace(s.ns)); err != nil {
 		fatalf(t, "listing PodGroups: %v", err)
@@ -365,4 +370,34 @@ func addTimelines(feature string, timelines map[string]measure.Timeline) {
 			AllBound: since(tl.Created, tl.AllBound), PodsReady: since(tl.Created, tl.PodsReady), StatusReady: since(tl.Created, tl.StatusReady),
 		})
 	}
+}
+
+// recordNativeGangShape records what kube-scheduler's PodGroups ask for:
+// their gang minCount only, since the native API has no minimum
+// resources (the operator says so in GangPolicyComplete).
+func recordNativeGangShape(ctx context.Context, t *testing.T, s *scenario, feature string) {
+	var all k8sschedulingv1beta1.PodGroupList
+	if err := s.c.List(ctx, &all, client.InNamespace(s.ns)); err != nil {
+		fatalf(t, "listing PodGroups: %v", err)
+	}
+	kind := workload().recorded().Kind()
+	var counts []int32
+	for _, pg := range all.Items {
+		if ref := metav1.GetControllerOf(&pg); ref != nil && ref.Kind == kind && s.owns(ref.Name) {
+			if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
+				counts = append(counts, g.MinCount)
+			} else {
+				failf(t, "PodGroup %s has no gang policy", pg.Name)
+			}
+		}
+	}
+	if len(counts) == 0 {
+		fatalf(t, "no scheduling.k8s.io PodGroup of the scenario's gangs in %s", s.ns)
+	}
+	for _, c := range counts[1:] {
+		if c != counts[0] {
+			failf(t, "PodGroups ask for different gangs: minCount %d and %d", counts[0], c)
+		}
+	}
+	measured(results.Value(feature, "gang_min_member", "pods", float64(counts[0])))
 }
