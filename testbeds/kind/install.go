@@ -31,11 +31,18 @@ const (
 	WorkloadImage = "gpulab-workload:dev"
 )
 
-// Volcano's images, built from the binaries the local testbed builds.
-var (
-	VolcanoSchedulerImage  = "gpulab-volcano/vc-scheduler:" + binaries.VolcanoVersion
-	VolcanoControllerImage = "gpulab-volcano/vc-controller-manager:" + binaries.VolcanoVersion
-)
+// VolcanoSchedulerImage and VolcanoControllerImage are Volcano's images,
+// built from the binaries the local testbed builds and tagged with their
+// version, so that the versions' images coexist.
+func VolcanoSchedulerImage(version string) string {
+	return "gpulab-volcano/vc-scheduler:" + version
+}
+
+// VolcanoControllerImage is the controller manager's image, tagged as
+// VolcanoSchedulerImage is.
+func VolcanoControllerImage(version string) string {
+	return "gpulab-volcano/vc-controller-manager:" + version
+}
 
 // gpulabRecipes are the images of the workloads the testbed installs:
 // the operator (static, FROM scratch, non-root as in its Dockerfile), the
@@ -50,19 +57,20 @@ func gpulabRecipes(operator, agent string, set *binaries.Set, base string) []ima
 			Entrypoint: []string{"/gpulab-operator"}, User: "65532:65532"},
 		{Ref: AgentImage, Base: base, Files: map[string]string{"/usr/local/bin/gpulab-agent": agent},
 			Entrypoint: []string{"/usr/local/bin/gpulab-agent"}},
-		{Ref: VolcanoSchedulerImage, Base: "scratch", Files: map[string]string{"/vc-scheduler": set.VolcanoScheduler},
+		{Ref: VolcanoSchedulerImage(set.VolcanoVersion), Base: "scratch", Files: map[string]string{"/vc-scheduler": set.VolcanoScheduler},
 			Entrypoint: []string{"/vc-scheduler"}},
-		{Ref: VolcanoControllerImage, Base: "scratch", Files: map[string]string{"/vc-controller-manager": set.VolcanoControllerManager},
+		{Ref: VolcanoControllerImage(set.VolcanoVersion), Base: "scratch", Files: map[string]string{"/vc-controller-manager": set.VolcanoControllerManager},
 			Entrypoint: []string{"/vc-controller-manager"}},
 	}
 }
 
 // Install builds gpulab's and Volcano's images, loads them into the nodes
-// with kind's loader and installs Volcano (without its admission webhook,
-// as on the local testbed), the default queue, the operator and the agent.
+// with kind's loader and installs Volcano (Options.VolcanoVersion, from its
+// module's manifest, without its admission webhook, as on the local
+// testbed), the default queue, the operator and the agent.
 func (c *Cluster) Install(ctx context.Context) error {
 	start := time.Now()
-	set, err := binaries.Ensure(ctx, binaries.Options{CacheDir: c.opts.CacheDir, Log: c.opts.Log})
+	set, err := binaries.Ensure(ctx, binaries.Options{CacheDir: c.opts.CacheDir, Log: c.opts.Log, VolcanoVersion: c.opts.VolcanoVersion})
 	if err != nil {
 		return err
 	}
@@ -95,7 +103,7 @@ func (c *Cluster) Install(ctx context.Context) error {
 	if err := c.LoadImages(ctx, refs...); err != nil {
 		return err
 	}
-	volcano, err := volcanoManifest(filepath.Join(set.VolcanoModuleDir, "installer", "volcano-development.yaml"))
+	volcano, err := volcanoManifest(filepath.Join(set.VolcanoModuleDir, "installer", "volcano-development.yaml"), set.VolcanoVersion)
 	if err != nil {
 		return err
 	}
@@ -123,7 +131,7 @@ func (c *Cluster) Install(ctx context.Context) error {
 			return fmt.Errorf("installing gpulab on kind: %w", err)
 		}
 	}
-	fmt.Fprintf(c.opts.Log, "Volcano and gpulab installed in %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(c.opts.Log, "Volcano %s and gpulab installed in %s\n", set.VolcanoVersion, time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -140,13 +148,14 @@ spec:
 
 // volcanoManifest is Volcano's development manifest without its admission
 // webhook (its Deployment, init Job, Service, RBAC and webhook
-// configurations), with the scheduler and controllers on the local images.
-func volcanoManifest(path string) ([]byte, error) {
+// configurations), with the scheduler and controllers on the local images
+// of version, the version the manifest is of.
+func volcanoManifest(path, version string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading Volcano's manifest: %w", err)
 	}
-	images := map[string]string{"volcano-scheduler": VolcanoSchedulerImage, "volcano-controllers": VolcanoControllerImage}
+	images := map[string]string{"volcano-scheduler": VolcanoSchedulerImage(version), "volcano-controllers": VolcanoControllerImage(version)}
 	var out bytes.Buffer
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {

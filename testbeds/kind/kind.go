@@ -69,6 +69,10 @@ type Options struct {
 	// Reuse uses a cluster of this name that gpulab created earlier as it
 	// is, instead of refusing to create one over it.
 	Reuse bool
+	// VolcanoVersion is the Volcano Install builds images of and installs,
+	// one of binaries.VolcanoVersions. Defaults to $GPULAB_VOLCANO_VERSION,
+	// else binaries.DefaultVolcanoVersion.
+	VolcanoVersion string
 }
 
 // ErrClusterExists says a kind cluster of the name is already there.
@@ -117,6 +121,10 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 5 * time.Minute
 	}
+	var err error
+	if opts.VolcanoVersion, err = binaries.ResolveVolcanoVersion(opts.VolcanoVersion); err != nil {
+		return nil, err
+	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
@@ -142,6 +150,10 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 
 // Name is the kind cluster's name.
 func (c *Cluster) Name() string { return c.opts.Name }
+
+// VolcanoVersion is the Volcano that Install installs (Options.VolcanoVersion
+// resolved), for a result's environment.
+func (c *Cluster) VolcanoVersion() string { return c.opts.VolcanoVersion }
 
 // Kubeconfig is the cluster's kubeconfig path.
 func (c *Cluster) Kubeconfig() string { return c.kubeconfig }

@@ -33,7 +33,9 @@ type kubeRaySetup struct {
 // through Volcano: KubeRay creates a PodGroup per RayCluster and gives its
 // pods schedulerName volcano and the group annotation. There is one
 // operator per testbed, so no leader election; metrics and probes listen on
-// the testbed's loopback ports.
+// the testbed's loopback ports. Every flag here means the same in v1.5.0
+// and v1.6.2 (v1.6's --batch-scheduler takes volcano, yunikorn or
+// kai-scheduler), so the versions share it.
 func (k *kubeRaySetup) component(workdir string, bins *binaries.Set) kwokComponent {
 	addr := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	args := []string{
@@ -65,18 +67,32 @@ func (k *kubeRaySetup) component(workdir string, bins *binaries.Set) kwokCompone
 	}
 }
 
-// kubeRayCRDDir holds RayCluster's, RayJob's and RayService's CRDs. The
-// operator runs a controller for each, so it needs all three.
+// kubeRayCRDDir holds RayCluster's, RayJob's and RayService's CRDs (and
+// from v1.6 RayCronJob's); the operator runs a controller for each of the
+// first three, so it needs them all. The folder is the same in v1.5.0 and
+// v1.6.2; v1.6's RayCronJob controller runs only behind its feature gate,
+// which the testbed leaves off.
 func kubeRayCRDDir(bins *binaries.Set) string {
 	return filepath.Join(bins.KubeRayModuleDir, "config", "crd", "bases")
 }
 
 // featureSet records what a testbed was started with beyond the base
-// components, so that status, restart and down, run without the flags up
-// was given, know its processes.
+// components, and the versions it runs, so that status, restart and down,
+// run without the flags up was given, know its processes and binaries.
 type featureSet struct {
 	KubeRay bool `json:"kubeRay"`
+	// VolcanoVersion and KubeRayVersion are empty in a testbed started
+	// before versions were recorded: it ran legacyVolcanoVersion and
+	// legacyKubeRayVersion.
+	VolcanoVersion string `json:"volcanoVersion,omitempty"`
+	KubeRayVersion string `json:"kubeRayVersion,omitempty"`
 }
+
+// The versions every testbed ran before they could be chosen.
+const (
+	legacyVolcanoVersion = "v1.10.0"
+	legacyKubeRayVersion = "v1.5.0"
+)
 
 func featuresPath(stateDir string) string { return filepath.Join(stateDir, "features.json") }
 
@@ -111,7 +127,18 @@ func readFeatures(stateDir string) (f featureSet, ok bool, err error) {
 // ask for when it is not up.
 func (t *Testbed) features() featureSet {
 	if f, ok, err := readFeatures(t.stateDir()); err == nil && ok {
+		if f.VolcanoVersion == "" {
+			f.VolcanoVersion = legacyVolcanoVersion
+		}
+		if f.KubeRayVersion == "" {
+			f.KubeRayVersion = legacyKubeRayVersion
+		}
 		return f
 	}
-	return featureSet{KubeRay: t.opts.KubeRay}
+	return t.wantedFeatures()
+}
+
+// wantedFeatures is what Options ask for.
+func (t *Testbed) wantedFeatures() featureSet {
+	return featureSet{KubeRay: t.opts.KubeRay, VolcanoVersion: t.opts.VolcanoVersion, KubeRayVersion: t.opts.KubeRayVersion}
 }

@@ -56,7 +56,8 @@ spec:
 // testbed and proves a RayCluster becomes one Volcano gang that binds and
 // turns ready.
 //
-// What KubeRay v1.5.0 (--batch-scheduler=volcano) writes, as seen here:
+// What KubeRay v1.5.0 and v1.6.2 (--batch-scheduler=volcano) write, as
+// seen here (v1.5.0 on Volcano v1.10.0, v1.6.2 on v1.14.1):
 //
 //   - One PodGroup per RayCluster, named ray-<cluster>-pg, in the
 //     RayCluster's namespace, with no labels or annotations and one owner
@@ -65,7 +66,8 @@ spec:
 //     workers (3 here); minResources sums their requests (cpu 18, memory
 //     136Gi, nvidia.com/gpu 8 here); spec.queue is the RayCluster's
 //     volcano.sh/queue-name label, empty without one (Volcano's scheduler
-//     then uses its default queue).
+//     then uses its default queue; from v1.14 Volcano's PodGroup CRD
+//     defaults it to "default", so the stored PodGroup says so).
 //   - Every pod, head and workers, has schedulerName volcano, the
 //     annotations scheduling.k8s.io/group-name: ray-<cluster>-pg and
 //     volcano.sh/task-spec: headgroup (head) or <worker group name>
@@ -74,14 +76,16 @@ spec:
 //     headgroup|<worker group name>, ray.io/identifier:
 //     <cluster>-head|<cluster>-worker, ray.io/is-ray-node: "yes",
 //     app.kubernetes.io/name: kuberay and app.kubernetes.io/created-by:
-//     kuberay-operator; and one owner reference, the RayCluster (controller:
+//     kuberay-operator (v1.6.2 adds ray.io/worker-group-replica-index to
+//     workers); and one owner reference, the RayCluster (controller:
 //     true). Pods are named <cluster>-head-<random> and
 //     <cluster>-<group>-worker-<random>. A pod names its gang by the
 //     group-name annotation and its RayCluster by ray.io/cluster (or the
 //     owner reference).
 //
-// v1.5.0 reads no ray.io/scheduler-name label: with --batch-scheduler=volcano
-// every RayCluster gets a PodGroup; the label is set here as users do.
+// Neither version needs the ray.io/scheduler-name label: with
+// --batch-scheduler=volcano every RayCluster gets a PodGroup; the label is
+// set here as users do.
 func TestKubeRayGangSchedulesThroughVolcano(t *testing.T) {
 	start := time.Now()
 	fleet, err := ParseFleet("dgx-h100=2")

@@ -38,9 +38,23 @@ type Options struct {
 	// AgentBinary is the gpulab-agent that publishes the fake nodes'
 	// inventories. Defaults to one built from the repository.
 	AgentBinary string
-	// KubeRay runs KubeRay's operator (binaries.KubeRayVersion) with its
-	// CRDs, gang-scheduling RayClusters through Volcano. Off by default.
+	// VolcanoVersion is the Volcano to build and run, one of
+	// binaries.VolcanoVersions; its CRDs, scheduler configuration and
+	// controller flags follow it. Defaults to $GPULAB_VOLCANO_VERSION, else
+	// binaries.DefaultVolcanoVersion.
+	VolcanoVersion string
+	// KubeRayVersion is the KubeRay operator to build and run with
+	// KubeRay, one of binaries.KubeRayVersions. Defaults to
+	// $GPULAB_KUBERAY_VERSION, else binaries.DefaultKubeRayVersion.
+	KubeRayVersion string
+	// KubeRay runs KubeRay's operator (KubeRayVersion) with its CRDs,
+	// gang-scheduling RayClusters through Volcano. Off by default.
 	KubeRay bool
+	// NativeGangs turns on Kubernetes' own gang scheduling: the
+	// GenericWorkload gate in kube-apiserver, kube-scheduler and
+	// kube-controller-manager, and scheduling.k8s.io/v1beta1 (PodGroups)
+	// served (NativeGangKwokctlOptions). Volcano runs beside it.
+	NativeGangs bool
 	// KubeRayReconcileConcurrency is the operator's --reconcile-concurrency
 	// (RayClusters, RayJobs and RayServices each reconciled at once). 0
 	// keeps KubeRay's default, 1.
@@ -117,6 +131,16 @@ func New(opts Options) (*Testbed, error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 2 * time.Minute
 	}
+	// An unknown version fails here, before anything is built or started.
+	if opts.VolcanoVersion, err = binaries.ResolveVolcanoVersion(opts.VolcanoVersion); err != nil {
+		return nil, err
+	}
+	if _, err := volcanoReleaseOf(opts.VolcanoVersion); err != nil {
+		return nil, err
+	}
+	if opts.KubeRayVersion, err = binaries.ResolveKubeRayVersion(opts.KubeRayVersion); err != nil {
+		return nil, err
+	}
 	if opts.KubeRayReconcileConcurrency < 0 || opts.KubeRayQPS < 0 || opts.KubeRayBurst < 0 {
 		return nil, fmt.Errorf("KubeRay's reconcile concurrency, QPS and burst must not be negative, got %d, %v, %d",
 			opts.KubeRayReconcileConcurrency, opts.KubeRayQPS, opts.KubeRayBurst)
@@ -189,7 +213,8 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 		}
 	}
 
-	bopts := binaries.Options{CacheDir: t.opts.CacheDir, Log: t.opts.Log}
+	bopts := binaries.Options{CacheDir: t.opts.CacheDir, Log: t.opts.Log,
+		VolcanoVersion: t.opts.VolcanoVersion, KubeRayVersion: t.opts.KubeRayVersion}
 	bins, err := binaries.Ensure(ctx, bopts)
 	if err != nil {
 		return err
@@ -226,10 +251,13 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := writePorts(t.stateDir(), ports); err != nil {
 		return err
 	}
-	if err := writeFeatures(t.stateDir(), featureSet{KubeRay: t.opts.KubeRay}); err != nil {
+	if err := writeFeatures(t.stateDir(), t.wantedFeatures()); err != nil {
 		return err
 	}
-	volcano := newVolcanoSetup(t.stateDir(), t.Kubeconfig(), ports)
+	volcano, err := newVolcanoSetup(t.stateDir(), t.Kubeconfig(), ports, bins.VolcanoVersion)
+	if err != nil {
+		return err
+	}
 	var kuberay *kubeRaySetup
 	if t.opts.KubeRay {
 		kuberay = &kubeRaySetup{kubeconfig: t.Kubeconfig(), ports: ports, reconcileConcurrency: t.opts.KubeRayReconcileConcurrency,
@@ -247,6 +275,9 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	}
 	if err := installCRDs(ctx, c, volcano.crdDirs(bins)...); err != nil {
 		return fmt.Errorf("installing Volcano CRDs: %w", err)
+	}
+	if err := t.startVolcanoAgain(ctx, bins, ports); err != nil {
+		return err
 	}
 	if kuberay != nil {
 		if err := installCRDs(ctx, c, kubeRayCRDDir(bins)); err != nil {
@@ -276,8 +307,8 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := t.WaitReady(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(t.opts.Log, "testbed %q ready in %s: %d nodes (%s), %d GPUs\nkubeconfig: %s\n",
-		t.opts.Name, time.Since(start).Round(100*time.Millisecond), len(t.opts.Fleet.Nodes()), t.opts.Fleet, t.opts.Fleet.GPUs(), t.Kubeconfig())
+	fmt.Fprintf(t.opts.Log, "testbed %q ready in %s: %d nodes (%s), %d GPUs, %s\nkubeconfig: %s\n",
+		t.opts.Name, time.Since(start).Round(100*time.Millisecond), len(t.opts.Fleet.Nodes()), t.opts.Fleet, t.opts.Fleet.GPUs(), t.Versions(), t.Kubeconfig())
 	return nil
 }
 
@@ -294,7 +325,7 @@ func (t *Testbed) Down(ctx context.Context) error {
 	errs := []error{archiveLogs(filepath.Join(t.Workdir(), "logs"), t.LogArchive())}
 	deleted := false
 	if _, err := os.Stat(t.Workdir()); err == nil {
-		bins, err := binaries.Lookup(ctx, binaries.Options{CacheDir: t.opts.CacheDir})
+		bins, err := binaries.Lookup(ctx, t.binariesOptions())
 		if err != nil {
 			errs = append(errs, err)
 		} else if err := t.kwokctl(ctx, bins, "delete", "cluster", "--name", t.opts.Name); err != nil {
@@ -316,6 +347,13 @@ func (t *Testbed) Down(ctx context.Context) error {
 	}
 	errs = append(errs, os.RemoveAll(t.Workdir()), os.RemoveAll(t.stateDir()))
 	return errors.Join(errs...)
+}
+
+// binariesOptions are the binaries of this testbed: the versions it runs
+// (recorded when it is up), else those Options ask for.
+func (t *Testbed) binariesOptions() binaries.Options {
+	v := t.Versions()
+	return binaries.Options{CacheDir: t.opts.CacheDir, VolcanoVersion: v.Volcano, KubeRayVersion: v.KubeRay}
 }
 
 // lockTestbed takes this testbed's own lock, held by Up and Restart. It

@@ -35,20 +35,84 @@ tiers:
       binpack.resources.nvidia.com/gpu: 2
 `
 
+// volcanoRelease is how the testbed runs one Volcano version. What it
+// installs and passes comes from the module version that is built, so the
+// CRDs, the scheduler configuration and the controllers move together.
+type volcanoRelease struct {
+	// crdDirs are the folders of Volcano's module whose CRDs are
+	// installed: every CRD some informer of the scheduler or the enabled
+	// controllers waits for (jobflow included; v1.14's scheduler also
+	// watches HyperNodes and NodeShards, which are in the same bases
+	// folder).
+	crdDirs []string
+	// schedulerConf is the scheduler's actions and tiers.
+	schedulerConf string
+	// controllers is vc-controller-manager's --controllers: the PodGroup,
+	// Queue and Job controllers (v1.14 enables every controller but
+	// sharding by default, the hypernode, cronjob, jobflow and gc ones
+	// included; the testbed needs none of those).
+	controllers string
+	// schedulerArgs are flags only this version has.
+	schedulerArgs []string
+}
+
+// volcanoReleases has an entry for each of binaries.VolcanoVersions.
+var volcanoReleases = map[string]volcanoRelease{
+	"v1.10.0": {
+		crdDirs:       []string{"config/crd/volcano/bases", "config/crd/jobflow/bases"},
+		schedulerConf: volcanoSchedulerConf,
+		controllers:   "pg-controller,queue-controller,job-controller",
+	},
+	"v1.14.1": {
+		crdDirs:       []string{"config/crd/volcano/bases", "config/crd/jobflow/bases"},
+		schedulerConf: volcanoSchedulerConf,
+		controllers:   "pg-controller,queue-controller,job-controller",
+		// A configuration the scheduler cannot read or parse stops it,
+		// instead of it scheduling with Volcano's built-in tiers (no
+		// binpack on GPUs) and a line in its log.
+		schedulerArgs: []string{"--disable-default-scheduler-config=true"},
+	},
+}
+
+// volcanoReleaseOf returns how to run a Volcano version ("" is
+// binaries.DefaultVolcanoVersion).
+func volcanoReleaseOf(version string) (volcanoRelease, error) {
+	if version == "" {
+		version = binaries.DefaultVolcanoVersion
+	}
+	r, ok := volcanoReleases[version]
+	if !ok {
+		return r, fmt.Errorf("the local testbed has no settings for Volcano %s (add them to volcanoReleases in testbeds/local/volcano.go)", version)
+	}
+	return r, nil
+}
+
 type volcanoSetup struct {
 	stateDir   string
 	kubeconfig string
 	ports      Ports
+	// version is the Volcano that runs; "" is the default.
+	version string
 }
 
-func newVolcanoSetup(stateDir, kubeconfig string, ports Ports) *volcanoSetup {
-	return &volcanoSetup{stateDir: stateDir, kubeconfig: kubeconfig, ports: ports}
+func newVolcanoSetup(stateDir, kubeconfig string, ports Ports, version string) (*volcanoSetup, error) {
+	if _, err := volcanoReleaseOf(version); err != nil {
+		return nil, err
+	}
+	return &volcanoSetup{stateDir: stateDir, kubeconfig: kubeconfig, ports: ports, version: version}, nil
+}
+
+// release is how this setup's version runs; newVolcanoSetup checked that
+// there is one.
+func (v *volcanoSetup) release() volcanoRelease {
+	r, _ := volcanoReleaseOf(v.version)
+	return r
 }
 
 func (v *volcanoSetup) confPath() string { return filepath.Join(v.stateDir, "volcano-scheduler.conf") }
 
 func (v *volcanoSetup) writeFiles() error {
-	return os.WriteFile(v.confPath(), []byte(volcanoSchedulerConf), 0o644)
+	return os.WriteFile(v.confPath(), []byte(v.release().schedulerConf), 0o644)
 }
 
 // components are Volcano's processes as kwokctl components: kwokctl starts
@@ -62,7 +126,7 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 			Binary:  bins.VolcanoScheduler,
 			WorkDir: workdir,
 			Links:   []string{"kube-apiserver"},
-			Args: []string{
+			Args: append([]string{
 				"--kubeconfig=" + v.kubeconfig,
 				"--scheduler-conf=" + v.confPath(),
 				"--schedule-period=1s",
@@ -74,7 +138,7 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 				"--cache-dumper=false",
 				"--logtostderr",
 				"-v=2",
-			},
+			}, v.release().schedulerArgs...),
 		},
 		{
 			Name:    "vc-controller-manager",
@@ -84,7 +148,7 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 			Args: []string{
 				"--kubeconfig=" + v.kubeconfig,
 				"--leader-elect=false",
-				"--controllers=pg-controller,queue-controller,job-controller",
+				"--controllers=" + v.release().controllers,
 				"--enable-healthz=true",
 				"--healthz-address=" + addr(v.ports.ControllerManagerHealthz),
 				"--logtostderr",
@@ -94,13 +158,33 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 	}
 }
 
-// crdDirs are Volcano's CRDs; the controller-manager's informers wait for
-// all of them (jobflow included) before any controller runs.
+// crdDirs are Volcano's CRDs in the built module; the controller-manager's
+// and the scheduler's informers wait for them before anything runs.
 func (v *volcanoSetup) crdDirs(bins *binaries.Set) []string {
-	return []string{
-		filepath.Join(bins.VolcanoModuleDir, "config", "crd", "volcano", "bases"),
-		filepath.Join(bins.VolcanoModuleDir, "config", "crd", "jobflow", "bases"),
+	dirs := make([]string, 0, len(v.release().crdDirs))
+	for _, dir := range v.release().crdDirs {
+		dirs = append(dirs, filepath.Join(bins.VolcanoModuleDir, filepath.FromSlash(dir)))
 	}
+	return dirs
+}
+
+// startVolcanoAgain starts Volcano's processes that have exited, once the
+// API server serves Volcano's CRDs. kwokctl starts every component at
+// once, and from v1.14 vc-scheduler exits when the API server does not
+// answer yet: it reads the server's version before anything else ("failed
+// to set component globals"), where v1.10 retried. Each is started again
+// the way kwokctl started it, its first log kept, and waited for until
+// healthy; one that exits again fails Up with its log.
+func (t *Testbed) startVolcanoAgain(ctx context.Context, bins *binaries.Set, ports Ports) error {
+	for _, component := range []string{"vc-scheduler", "vc-controller-manager"} {
+		if t.runningPID(component) != 0 {
+			continue
+		}
+		if err := t.restartLocked(ctx, bins, ports, component); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applyDefaultQueue creates the "default" queue. Without Volcano's admission
@@ -119,4 +203,31 @@ func applyDefaultQueue(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("creating the default Volcano queue: %w", err)
 	}
 	return nil
+}
+
+// Versions are the third-party versions a testbed runs.
+type Versions struct {
+	// Volcano is the Volcano version (vc-scheduler, vc-controller-manager
+	// and their CRDs).
+	Volcano string
+	// KubeRay is KubeRay's operator version, which runs only in a testbed
+	// started with Options.KubeRay (KubeRayRuns).
+	KubeRay     string
+	KubeRayRuns bool
+}
+
+// String is "Volcano v1.14.1" or "Volcano v1.14.1, KubeRay v1.6.2".
+func (v Versions) String() string {
+	if !v.KubeRayRuns {
+		return "Volcano " + v.Volcano
+	}
+	return "Volcano " + v.Volcano + ", KubeRay " + v.KubeRay
+}
+
+// Versions are the versions the testbed runs, as recorded when it came up
+// (for a result's environment), or those its Options ask for when it is
+// not up.
+func (t *Testbed) Versions() Versions {
+	f := t.features()
+	return Versions{Volcano: f.VolcanoVersion, KubeRay: f.KubeRayVersion, KubeRayRuns: f.KubeRay}
 }

@@ -24,8 +24,16 @@ const (
 	EtcdVersion       = "v3.6.16"
 	KubernetesVersion = "v1.37.2"
 	KwokVersion       = "v0.8.0"
-	VolcanoVersion    = "v1.10.0"
-	KubeRayVersion    = "v1.5.0"
+	// DefaultVolcanoVersion and DefaultKubeRayVersion are built and run
+	// unless Options (or $GPULAB_VOLCANO_VERSION, $GPULAB_KUBERAY_VERSION)
+	// choose another of VolcanoVersions or KubeRayVersions.
+	DefaultVolcanoVersion = "v1.14.1"
+	DefaultKubeRayVersion = "v1.6.2"
+	// VolcanoVersion and KubeRayVersion are the defaults under their
+	// earlier names. What a testbed runs is its Set's (or
+	// local.Testbed.Versions).
+	VolcanoVersion = DefaultVolcanoVersion
+	KubeRayVersion = DefaultKubeRayVersion
 )
 
 // Options configures where binaries are cached and how progress is reported.
@@ -36,6 +44,14 @@ type Options struct {
 	Log io.Writer
 	// GoBinary is the go command. Defaults to "go" on PATH.
 	GoBinary string
+	// VolcanoVersion is the Volcano to build and look up, one of
+	// VolcanoVersions. Defaults to $GPULAB_VOLCANO_VERSION, else
+	// DefaultVolcanoVersion.
+	VolcanoVersion string
+	// KubeRayVersion is KubeRay's operator to build and look up, one of
+	// KubeRayVersions. Defaults to $GPULAB_KUBERAY_VERSION, else
+	// DefaultKubeRayVersion.
+	KubeRayVersion string
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -51,6 +67,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.GoBinary == "" {
 		o.GoBinary = "go"
+	}
+	var err error
+	if o.VolcanoVersion, err = ResolveVolcanoVersion(o.VolcanoVersion); err != nil {
+		return o, err
+	}
+	if o.KubeRayVersion, err = ResolveKubeRayVersion(o.KubeRayVersion); err != nil {
+		return o, err
 	}
 	abs, err := filepath.Abs(o.CacheDir)
 	if err != nil {
@@ -111,6 +134,11 @@ type Set struct {
 	// when asked to (local.Options.KubeRay).
 	KubeRayOperator string
 
+	// VolcanoVersion and KubeRayVersion are the versions the Volcano and
+	// KubeRay paths are of.
+	VolcanoVersion string
+	KubeRayVersion string
+
 	// VolcanoModuleDir is volcano.sh/volcano's source (its CRDs live there).
 	VolcanoModuleDir string
 	// KubeRayModuleDir is KubeRay's ray-operator module source; its CRDs
@@ -133,15 +161,19 @@ func (c component) dir(cache string) string {
 	return filepath.Join(cache, "bin", c.name+"-"+c.version)
 }
 
-// components make up every testbed. KubeRay's operator runs only when a
-// testbed asks for it and the Prometheus tools only for the dashboards'
-// checks, so each is built only by what needs it (EnsureKubeRay,
-// EnsureMonitoring): `make conformance` never waits for them.
-var (
-	components           = []component{etcd, kubernetes, kwok, volcano}
-	kuberayComponents    = []component{kuberay}
-	monitoringComponents = []component{prometheus, pushgateway}
-)
+// components make up every testbed, Volcano at the chosen version.
+// KubeRay's operator runs only when a testbed asks for it and the
+// Prometheus tools only for the dashboards' checks, so each is built only
+// by what needs it (EnsureKubeRay, EnsureMonitoring): `make conformance`
+// never waits for them.
+func (b *builder) components() []component {
+	return []component{etcd, kubernetes, kwok, b.volcano()}
+}
+
+func (b *builder) volcano() component { return volcanoComponent(b.opts.VolcanoVersion) }
+func (b *builder) kuberay() component { return kuberayComponent(b.opts.KubeRayVersion) }
+
+var monitoringComponents = []component{prometheus, pushgateway}
 
 // Ensure builds whatever is missing from the cache and returns the full Set.
 // Its KubeRayOperator exists only once EnsureKubeRay has built it.
@@ -151,7 +183,7 @@ func Ensure(ctx context.Context, opts Options) (*Set, error) {
 		return nil, err
 	}
 	b := &builder{opts: opts}
-	if err := b.ensureAll(ctx, components); err != nil {
+	if err := b.ensureAll(ctx, b.components()); err != nil {
 		return nil, err
 	}
 	return b.set(ctx)
@@ -165,10 +197,10 @@ func EnsureKubeRay(ctx context.Context, opts Options) (string, error) {
 		return "", err
 	}
 	b := &builder{opts: opts}
-	if err := b.ensureAll(ctx, kuberayComponents); err != nil {
+	if err := b.ensureAll(ctx, []component{b.kuberay()}); err != nil {
 		return "", err
 	}
-	return b.path(kuberay, "ray-operator"), nil
+	return b.path(b.kuberay(), "ray-operator"), nil
 }
 
 // ensureAll builds the missing components under the cache's build lock:
@@ -209,7 +241,7 @@ func Lookup(ctx context.Context, opts Options) (*Set, error) {
 		return nil, err
 	}
 	b := &builder{opts: opts}
-	for _, c := range components {
+	for _, c := range b.components() {
 		if !b.built(c) {
 			return nil, notBuilt(c, opts.CacheDir)
 		}
@@ -218,7 +250,8 @@ func Lookup(ctx context.Context, opts Options) (*Set, error) {
 }
 
 func notBuilt(c component, cacheDir string) error {
-	return fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/local/cmd/gpulab-testbed build`)", c.name, c.version, cacheDir)
+	return fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/local/cmd/gpulab-testbed build`; "+
+		"VOLCANO_VERSION and KUBERAY_VERSION, or --volcano-version and --kuberay-version, choose the versions)", c.name, c.version, cacheDir)
 }
 
 // EnvtestAssets returns a folder holding only etcd and kube-apiserver, the
@@ -296,7 +329,8 @@ func (b *builder) path(c component, bin string) string {
 
 func (b *builder) set(ctx context.Context) (*Set, error) {
 	path := b.path
-	volcanoDir, err := b.moduleDir(ctx, "volcano.sh/volcano", VolcanoVersion)
+	volcano, kuberay := b.volcano(), b.kuberay()
+	volcanoDir, err := b.moduleDir(ctx, "volcano.sh/volcano", volcano.version)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +338,7 @@ func (b *builder) set(ctx context.Context) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	kuberayDir, err := b.moduleDir(ctx, kuberayModule, KubeRayVersion)
+	kuberayDir, err := b.moduleDir(ctx, kuberayModule, kuberay.version)
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +353,8 @@ func (b *builder) set(ctx context.Context) (*Set, error) {
 		VolcanoScheduler:         path(volcano, "vc-scheduler"),
 		VolcanoControllerManager: path(volcano, "vc-controller-manager"),
 		KubeRayOperator:          path(kuberay, "ray-operator"),
+		VolcanoVersion:           volcano.version,
+		KubeRayVersion:           kuberay.version,
 		VolcanoModuleDir:         volcanoDir,
 		KubeRayModuleDir:         kuberayDir,
 		KwokModuleDir:            kwokDir,

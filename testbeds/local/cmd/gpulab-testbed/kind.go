@@ -32,8 +32,8 @@ kind testbed commands (need Docker; run as root to start dockerd or build the ba
   images       build the gpulab-conformance image (the in-cluster runner), tagged
                dev and with VERSION
   kind-up      create a kind cluster from that image and install Volcano and gpulab
-               (--name, --workers, --profile, --cluster-only, --reuse); a cluster of
-               that name is never deleted
+               (--name, --workers, --profile, --cluster-only, --reuse,
+               --volcano-version); a cluster of that name is never deleted
   kind-down    delete the kind cluster, if gpulab created it
   kind-logs    export the kind cluster's node logs (--dir)
 `
@@ -48,8 +48,12 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	reuse := fs.Bool("reuse", false, "kind-up: use a cluster of --name that gpulab created earlier as it is (a cluster of that name is never deleted; one gpulab did not create is refused)")
 	clusterOnly := fs.Bool("cluster-only", false, "kind-up: create the cluster without installing Volcano and gpulab")
 	dir := fs.String("dir", "", "kind-logs: where to export (default <repo>/_artifacts/kind-<name>)")
+	volcanoVersion := fs.String("volcano-version", "", volcanoVersionUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if _, err := binaries.ResolveVolcanoVersion(*volcanoVersion); err != nil {
+		return fmt.Errorf("--volcano-version: %w", err)
 	}
 	if *workers < 0 {
 		return fmt.Errorf("--workers must not be negative, got %d", *workers)
@@ -68,7 +72,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	}
 	switch cmd {
 	case "kind-build":
-		opts := binaries.Options{CacheDir: cacheDir, Log: os.Stdout}
+		opts := binaries.Options{CacheDir: cacheDir, Log: os.Stdout, VolcanoVersion: *volcanoVersion}
 		if _, err := binaries.Ensure(ctx, opts); err != nil {
 			return err
 		}
@@ -130,7 +134,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		}
 		return nil
 	}
-	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout, Reuse: *reuse})
+	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout, Reuse: *reuse, VolcanoVersion: *volcanoVersion})
 	if err != nil {
 		return err
 	}

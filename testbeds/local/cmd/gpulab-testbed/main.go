@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,7 +23,8 @@ const usage = `usage: gpulab-testbed <command> [flags]
 
 commands:
   build    build the testbed binaries from the Go module proxy (cached)
-  up       start the testbed and wait until it is ready (--kuberay: with KubeRay)
+  up       start the testbed and wait until it is ready (--kuberay: with KubeRay;
+           --volcano-version, --kuberay-version: which releases)
   down     stop the testbed and remove its state
   status   show the testbed's processes, nodes and queue
   restart  restart one component by its PID (gpulab-testbed restart kube-apiserver)
@@ -55,7 +57,11 @@ func run(ctx context.Context, args []string) error {
 	cache := fs.String("cache-dir", "", "cache for binaries and testbed state (default $GPULAB_CACHE or ${XDG_CACHE_HOME:-$HOME/.cache}/gpulab)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long `up` waits for nodes, Volcano and the queue")
 	monitoring := fs.Bool("monitoring", false, "build: also build Prometheus, promtool and the Pushgateway (the dashboards' checks)")
-	kuberay := fs.Bool("kuberay", false, "build: also build KubeRay's operator; up: also run KubeRay's operator "+binaries.KubeRayVersion+" with its CRDs, gang-scheduling RayClusters through Volcano")
+	volcanoVersion := fs.String("volcano-version", "", volcanoVersionUsage)
+	nativeGangs := fs.Bool("native-gangs", false, "up: turn on Kubernetes' own gang scheduling (the GenericWorkload gate in kube-apiserver, kube-scheduler and kube-controller-manager; scheduling.k8s.io/v1beta1 PodGroups served) beside Volcano")
+	kuberay := fs.Bool("kuberay", false, "build: also build KubeRay's operator; up: also run KubeRay's operator (--kuberay-version) with its CRDs, gang-scheduling RayClusters through Volcano")
+	kuberayVersion := fs.String("kuberay-version", "", "build --kuberay, up --kuberay: KubeRay's operator version, one of "+
+		strings.Join(binaries.KubeRayVersions(), ", ")+" (default $"+binaries.KubeRayVersionEnv+", else "+binaries.DefaultKubeRayVersion+") [$"+binaries.KubeRayVersionEnv+"]")
 	kuberayConcurrency := fs.Int("kuberay-reconcile-concurrency", 0, "up --kuberay: the operator's --reconcile-concurrency (0: KubeRay's default, 1)")
 	kuberayQPS := fs.Float64("kuberay-qps", 0, "up --kuberay: the operator's client --qps (0: KubeRay's default)")
 	kuberayBurst := fs.Int("kuberay-burst", 0, "up --kuberay: the operator's client --burst (0: KubeRay's default)")
@@ -97,15 +103,15 @@ func run(ctx context.Context, args []string) error {
 			*kuberayConcurrency, *kuberayQPS, *kuberayBurst)
 	}
 	tb, err := local.New(local.Options{
-		Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout,
-		KubeRay: *kuberay, KubeRayReconcileConcurrency: *kuberayConcurrency, KubeRayQPS: *kuberayQPS, KubeRayBurst: *kuberayBurst,
+		Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout, VolcanoVersion: *volcanoVersion,
+		NativeGangs: *nativeGangs, KubeRay: *kuberay, KubeRayVersion: *kuberayVersion, KubeRayReconcileConcurrency: *kuberayConcurrency, KubeRayQPS: *kuberayQPS, KubeRayBurst: *kuberayBurst,
 	})
 	if err != nil {
 		return err
 	}
 	switch cmd {
 	case "build":
-		opts := binaries.Options{CacheDir: *cache, Log: os.Stdout}
+		opts := binaries.Options{CacheDir: *cache, Log: os.Stdout, VolcanoVersion: *volcanoVersion, KubeRayVersion: *kuberayVersion}
 		if _, err := binaries.Ensure(ctx, opts); err != nil {
 			return err
 		}
@@ -152,7 +158,7 @@ func printStatus(ctx context.Context, tb *local.Testbed) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("testbed %q\nkubeconfig: %s\n\n", s.Name, s.Kubeconfig)
+	fmt.Printf("testbed %q (%s)\nkubeconfig: %s\n\n", s.Name, tb.Versions(), s.Kubeconfig)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "COMPONENT\tPID\tSTATE\tLOG")
 	dead := 0
@@ -181,7 +187,8 @@ func printStatus(ctx context.Context, tb *local.Testbed) error {
 }
 
 func printEnv(ctx context.Context, tb *local.Testbed, cache string) error {
-	set, err := binaries.Lookup(ctx, binaries.Options{CacheDir: cache})
+	v := tb.Versions()
+	set, err := binaries.Lookup(ctx, binaries.Options{CacheDir: cache, VolcanoVersion: v.Volcano, KubeRayVersion: v.KubeRay})
 	if err != nil {
 		return err
 	}
@@ -198,6 +205,11 @@ func printEnv(ctx context.Context, tb *local.Testbed, cache string) error {
 	fmt.Printf("export KUBECONFIG=%s\nexport KUBEBUILDER_ASSETS=%s\n", tb.Kubeconfig(), assets)
 	return nil
 }
+
+// volcanoVersionUsage is --volcano-version's help, shared by the local and
+// the kind commands.
+var volcanoVersionUsage = "build, up, kind-build, kind-up: the Volcano version, one of " + strings.Join(binaries.VolcanoVersions(), ", ") +
+	" (default $" + binaries.VolcanoVersionEnv + ", else " + binaries.DefaultVolcanoVersion + ") [$" + binaries.VolcanoVersionEnv + "]"
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

@@ -81,3 +81,29 @@ func TestHelpIsNotAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusesUnknownVersions: a Volcano or KubeRay version the testbed
+// cannot build stops every command, local and kind, before the cache is
+// touched, and says which versions it builds.
+func TestRefusesUnknownVersions(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	os.Unsetenv("TESTBED_NAME")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"build", "--volcano-version=v1.15.1"}, "QueueAllocationGateKey"},
+		{[]string{"up", "--volcano-version=1.14"}, "v1.10.0, v1.14.1"},
+		{[]string{"up", "--kuberay", "--kuberay-version=v1.7.0"}, "v1.5.0, v1.6.2"},
+		{[]string{"kind-build", "--volcano-version=v2"}, "v1.10.0, v1.14.1"},
+		{[]string{"kind-up", "--volcano-version=v1.15.1"}, "QueueAllocationGateKey"},
+	} {
+		err := run(t.Context(), append(slices.Clone(tc.args), "--cache-dir="+cache))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("gpulab-testbed %v: %v, want an error mentioning %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(cache); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cache was touched (%v)", err)
+	}
+}
