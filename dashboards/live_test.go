@@ -140,6 +140,9 @@ func TestQueriesOnTestbed(t *testing.T) {
 		VolcanoScheduler: net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.SchedulerMetrics)),
 		Cluster:          liveCluster,
 	}
+	if local.ControllerManagerMetrics(tb.Versions().Volcano) {
+		targets.VolcanoControllerManager = net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Ports.ControllerManagerMetrics))
+	}
 	if err := targets.Write(filepath.Join(promDir, "local", "targets")); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,9 @@ import (
 // as a job with no target.
 type LocalTargets struct {
 	Operator, Agent, VolcanoScheduler, Pushgateway string
+	// VolcanoControllerManager is vc-controller-manager's /metrics, where
+	// Volcano v1.14 serves its queue metrics; empty for v1.10.
+	VolcanoControllerManager string
 	// Cluster is the cluster label every target gets, as a multi-cluster
 	// Prometheus (or Thanos, Mimir) sets it; the dashboards' cluster
 	// variable lists it. Empty: no cluster label.
@@ -26,7 +29,7 @@ func (t LocalTargets) Write(dir string) error {
 	}
 	for job, addr := range map[string]string{
 		"gpulab-operator": t.Operator, "gpulab-agent": t.Agent,
-		"volcano-scheduler": t.VolcanoScheduler, "pushgateway": t.Pushgateway,
+		"volcano-scheduler": t.VolcanoScheduler, "volcano-controller-manager": t.VolcanoControllerManager, "pushgateway": t.Pushgateway,
 	} {
 		groups := []map[string]any{}
 		if addr != "" {

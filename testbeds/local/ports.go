@@ -26,6 +26,10 @@ type Ports struct {
 	SchedulerMetrics         int `json:"schedulerMetrics"`
 	SchedulerHealthz         int `json:"schedulerHealthz"`
 	ControllerManagerHealthz int `json:"controllerManagerHealthz"`
+	// ControllerManagerMetrics is vc-controller-manager's /metrics, where
+	// v1.14 serves the queue metrics (volcano_queue_pod_group_*_count)
+	// that v1.10's scheduler served; v1.10's controller manager has none.
+	ControllerManagerMetrics int `json:"controllerManagerMetrics,omitempty"`
 	AgentMetrics             int `json:"agentMetrics"`
 	// KubeRay's operator's, picked for every testbed and used by those
 	// started with Options.KubeRay.
@@ -36,7 +40,7 @@ type Ports struct {
 func (p *Ports) all() []*int {
 	return []*int{
 		&p.Etcd, &p.EtcdPeer, &p.KubeAPIServer, &p.KubeControllerManager, &p.KubeScheduler, &p.KwokController,
-		&p.SchedulerMetrics, &p.SchedulerHealthz, &p.ControllerManagerHealthz, &p.AgentMetrics,
+		&p.SchedulerMetrics, &p.SchedulerHealthz, &p.ControllerManagerHealthz, &p.ControllerManagerMetrics, &p.AgentMetrics,
 		&p.KubeRayMetrics, &p.KubeRayHealthz,
 	}
 }

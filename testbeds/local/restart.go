@@ -65,7 +65,8 @@ func (t *Testbed) Restart(ctx context.Context, component string) error {
 	if err != nil {
 		return fmt.Errorf("reading the testbed's ports: %w", err)
 	}
-	bins, err := binaries.Lookup(ctx, binaries.Options{CacheDir: t.opts.CacheDir})
+	// The versions the testbed came up with, not today's default.
+	bins, err := binaries.Lookup(ctx, t.binariesOptions())
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,9 @@ type volcanoRelease struct {
 	controllers string
 	// schedulerArgs are flags only this version has.
 	schedulerArgs []string
+	// controllerManagerMetrics: vc-controller-manager serves /metrics
+	// (--enable-metrics, --listen-address), the queue metrics among them.
+	controllerManagerMetrics bool
 }
 
 // volcanoReleases has an entry for each of binaries.VolcanoVersions.
@@ -70,7 +73,8 @@ var volcanoReleases = map[string]volcanoRelease{
 		// A configuration the scheduler cannot read or parse stops it,
 		// instead of it scheduling with Volcano's built-in tiers (no
 		// binpack on GPUs) and a line in its log.
-		schedulerArgs: []string{"--disable-default-scheduler-config=true"},
+		schedulerArgs:            []string{"--disable-default-scheduler-config=true"},
+		controllerManagerMetrics: true,
 	},
 }
 
@@ -145,7 +149,7 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 			Binary:  bins.VolcanoControllerManager,
 			WorkDir: workdir,
 			Links:   []string{"kube-apiserver"},
-			Args: []string{
+			Args: append([]string{
 				"--kubeconfig=" + v.kubeconfig,
 				"--leader-elect=false",
 				"--controllers=" + v.release().controllers,
@@ -153,9 +157,25 @@ func (v *volcanoSetup) components(workdir string, bins *binaries.Set) []kwokComp
 				"--healthz-address=" + addr(v.ports.ControllerManagerHealthz),
 				"--logtostderr",
 				"-v=2",
-			},
+			}, v.controllerManagerMetricsArgs(addr)...),
 		},
 	}
+}
+
+// controllerManagerMetricsArgs are vc-controller-manager's metrics flags,
+// for the versions that serve metrics there.
+func (v *volcanoSetup) controllerManagerMetricsArgs(addr func(int) string) []string {
+	if !v.release().controllerManagerMetrics {
+		return nil
+	}
+	return []string{"--enable-metrics=true", "--listen-address=" + addr(v.ports.ControllerManagerMetrics)}
+}
+
+// ControllerManagerMetrics says whether a Volcano version's
+// vc-controller-manager serves /metrics (Ports.ControllerManagerMetrics).
+func ControllerManagerMetrics(version string) bool {
+	r, err := volcanoReleaseOf(version)
+	return err == nil && r.controllerManagerMetrics
 }
 
 // crdDirs are Volcano's CRDs in the built module; the controller-manager's

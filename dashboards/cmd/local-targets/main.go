@@ -51,6 +51,9 @@ func run(name, out, operator, pushgateway, cluster string) error {
 		Agent: addr(st.Ports.AgentMetrics), VolcanoScheduler: addr(st.Ports.SchedulerMetrics),
 		Cluster: cluster,
 	}
+	if local.ControllerManagerMetrics(tb.Versions().Volcano) {
+		t.VolcanoControllerManager = addr(st.Ports.ControllerManagerMetrics)
+	}
 	if err := t.Write(out); err != nil {
 		return err
 	}
