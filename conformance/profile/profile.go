@@ -395,8 +395,10 @@ func (e *Environment) Describe(ctx context.Context, scale int, clusterName strin
 			env.KubernetesVersion = v.GitVersion
 		}
 	}
-	if e.Profile == "local" {
-		env.VolcanoVersion = binaries.VolcanoVersion
+	if e.Profile == "local" && e.testbed != nil {
+		// The version the testbed came up with ($GPULAB_VOLCANO_VERSION
+		// or the default), as it recorded it.
+		env.VolcanoVersion = e.testbed.Versions().Volcano
 	}
 	// The suite gang-schedules through Volcano unless told otherwise.
 	env.Scheduler, env.SchedulerVersion = results.SchedulerVolcano, env.VolcanoVersion
