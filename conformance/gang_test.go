@@ -65,14 +65,21 @@ func TestGang(t *testing.T) {
 			s.gang(ctx, "too-big", workerGroup{"workers", int32(r.Whole), int32(r.NodeGPUs)}, workerGroup{"extra", 1, extra})
 			t.Logf("filler holds %s; gang of %d GPUs against %d free", filled, r.Whole*r.NodeGPUs+int(extra), r.Free)
 			window := time.Now().Add(opts.WaitWindow)
-			held := false
+			// Held: the scheduler says Unschedulable, or (Volcano) keeps
+			// the PodGroup unadmitted, Pending, through the whole window:
+			// from v1.14 Volcano writes no condition on a PodGroup it
+			// refuses to enqueue, as for a Job whose pods come only once
+			// it is admitted.
+			held, pendingThroughout := false, true
 			for time.Now().Before(window) && ctx.Err() == nil {
 				if n := s.recorder.Bound("too-big"); n > 0 {
 					fatalf(t, "%d pods of a gang that cannot fit the free capacity were bound", n)
 				}
 				held = held || heldByScheduler(ctx, s, "too-big")
+				pendingThroughout = pendingThroughout && pendingPodGroup(ctx, s, "too-big")
 				time.Sleep(100 * time.Millisecond)
 			}
+			held = held || pendingThroughout
 			// A window the run's end cut short proved nothing either way.
 			if ctx.Err() != nil {
 				fatalf(t, "stopped before the %s window ended: %v", opts.WaitWindow, context.Cause(ctx))
@@ -83,7 +90,7 @@ func TestGang(t *testing.T) {
 			if err := gangPodGroupExists(ctx, s, "too-big"); err != nil {
 				failf(t, "the gang has no PodGroup, so no scheduler held it: %v", err)
 			} else if !held {
-				failf(t, "the scheduler never reported the gang's PodGroup Unschedulable: %s", workload().describe(ctx, s, "too-big"))
+				failf(t, "the scheduler never reported the gang's PodGroup Unschedulable, nor kept it Pending through the window: %s", workload().describe(ctx, s, "too-big"))
 			}
 			s.checkInvariants()
 			return ctx
@@ -174,4 +181,15 @@ func gangPodGroupExists(ctx context.Context, s *scenario, gang string) error {
 	}
 	_, err := podGroupOf(ctx, s, gang)
 	return err
+}
+
+// pendingPodGroup says whether the gang's Volcano PodGroup exists and is
+// Pending: not admitted by the scheduler's enqueue. Kubernetes' own gangs
+// have no such phase.
+func pendingPodGroup(ctx context.Context, s *scenario, gang string) bool {
+	if nativeGangs() {
+		return false
+	}
+	pg, err := podGroupOf(ctx, s, gang)
+	return err == nil && pg.Status.Phase == schedulingv1beta1.PodGroupPending
 }
