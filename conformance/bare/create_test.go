@@ -123,8 +123,12 @@ func TestLimitedPerResource(t *testing.T) {
 	for _, p := range []string{"/api/v1/namespaces/a/pods", "/api/v1/namespaces/b/pods", "/apis/scheduling.volcano.sh/v1beta1/namespaces/a/podgroups"} {
 		req := &http.Request{URL: &url.URL{Path: p}}
 		req = req.WithContext(context.Background())
-		if _, err := l.RoundTrip(req); err != nil {
+		resp, err := l.RoundTrip(req)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if resp.Body != nil {
+			_ = resp.Body.Close()
 		}
 	}
 	if len(l.buckets) != 2 {

@@ -70,8 +70,8 @@ type Timeline struct {
 	placedPartly string        // evidence of a partial placement, once seen
 	bound        int           // bound slots at the last update
 	sizedFor     int           // Desired at the last update
-	// Server-side times the workload and its PodGroup recorded.
-	createdAt, podGroupAt time.Time
+	// The server-side creation time the workload recorded.
+	createdAt time.Time
 	// disrupted is set when bound pods go away (deletion, exit) or the
 	// gang is resized: a gang shrinking is not a partial placement. It
 	// clears once the gang is whole again or has nothing bound, so the

@@ -72,19 +72,19 @@ const DefaultStatistic = "p99"
 type RowVerdict string
 
 const (
-	// RowRegressed: worse by at least the minimum effect, and the whole
+	// RowRegressed is worse by at least the minimum effect, and the whole
 	// interval on the worse side of 0 (without an interval, the change
 	// alone). It fails the comparison.
 	RowRegressed RowVerdict = "regressed"
-	// RowImproved: the mirror image, better.
+	// RowImproved is the mirror image, better.
 	RowImproved RowVerdict = "improved"
-	// RowNotSignificant: a change of at least the minimum effect whose
+	// RowNotSignificant is a change of at least the minimum effect whose
 	// interval includes 0: the runs disagree too much to tell.
 	RowNotSignificant RowVerdict = "not significant"
-	// RowUnchanged: a change smaller than the minimum effect or within the
+	// RowUnchanged is a change smaller than the minimum effect or within the
 	// noise floor, significant or not.
 	RowUnchanged RowVerdict = "unchanged"
-	// RowMissing: the baseline measured it, no current run did.
+	// RowMissing is the baseline measured it, no current run did.
 	RowMissing RowVerdict = "missing"
 )
 

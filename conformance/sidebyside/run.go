@@ -96,7 +96,7 @@ func Run(ctx context.Context, opts Options) (string, error) {
 		fmt.Fprintf(opts.Log, "\nside by side, N=%d:\n", n)
 		Print(opts.Log, rows)
 		if err := CheckSameGangs(runs); err != nil {
-			errs = append(errs, fmt.Errorf("N=%d: %w", n, err))
+			errs = append(errs, fmt.Errorf("at %d gangs: %w", n, err))
 		}
 	}
 	if err := os.WriteFile(filepath.Join(opts.Out, "report.md"), []byte(report.String()), 0o644); err != nil {
@@ -157,7 +157,7 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 			runErr := cmd.Run()
 			r, err := results.Read(filepath.Join(dir, "results.json"))
 			if err != nil {
-				return nil, 0, errors.Join(fmt.Errorf("N=%d, %s: %w", n, name, runErr), err)
+				return nil, 0, errors.Join(fmt.Errorf("at %d gangs, %s: %w", n, name, runErr), err)
 			}
 			if round > 0 {
 				runs[w] = append(runs[w], r)
