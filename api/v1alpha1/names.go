@@ -1,6 +1,11 @@
 package v1alpha1
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Names of the objects the operator creates for a GPUCluster or GPUJob, in
 // one place: the operator creates them, and the suite, tests and users find
@@ -53,3 +58,47 @@ const (
 	// EnvAttempt is the job's attempt, from 1 (submitter).
 	EnvAttempt = "GPULAB_ATTEMPT"
 )
+
+// HeadServicePorts lists the head containers' ports once per port and
+// protocol, each under a unique name: a Service with two ports of one
+// name is invalid, and the head Service is created before any pod. The operator and the
+// suite's bare gangs (conformance/bare) name them alike. An
+// unnamed port is port-N, with the protocol for other than TCP (29500 on
+// TCP and UDP, as torchrun and NCCL bootstraps open it); a name already
+// taken falls back to that, then to its position.
+func HeadServicePorts(containers []corev1.Container) []corev1.ServicePort {
+	type portKey struct {
+		port     int32
+		protocol corev1.Protocol
+	}
+	var ports []corev1.ServicePort
+	listed := map[portKey]bool{}
+	names := map[string]bool{}
+	for _, c := range containers {
+		for _, p := range c.Ports {
+			protocol := p.Protocol
+			if protocol == "" {
+				protocol = corev1.ProtocolTCP
+			}
+			key := portKey{p.ContainerPort, protocol}
+			if listed[key] {
+				continue
+			}
+			listed[key] = true
+			fallback := fmt.Sprintf("port-%d", p.ContainerPort)
+			if protocol != corev1.ProtocolTCP {
+				fallback += "-" + strings.ToLower(string(protocol))
+			}
+			name := p.Name
+			for _, candidate := range []string{fallback, fmt.Sprintf("p%d", len(ports))} {
+				if name != "" && !names[name] {
+					break
+				}
+				name = candidate
+			}
+			names[name] = true
+			ports = append(ports, corev1.ServicePort{Name: name, Port: p.ContainerPort, Protocol: p.Protocol})
+		}
+	}
+	return ports
+}

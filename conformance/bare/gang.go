@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -285,47 +284,7 @@ func buildHeadService(gang, namespace string, head *corev1.PodTemplateSpec) *cor
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,
 			Selector:                 map[string]string{gpulabv1alpha1.ClusterLabel: gang, gpulabv1alpha1.GroupLabel: gpulabv1alpha1.HeadGroupName},
-			Ports:                    headServicePorts(head.Spec.Containers),
+			Ports:                    gpulabv1alpha1.HeadServicePorts(head.Spec.Containers),
 		},
 	}
-}
-
-// headServicePorts lists the head containers' ports once per port and
-// protocol under unique names, by the operator's rule: an unnamed port is
-// port-N (with the protocol for other than TCP); a name taken falls back
-// to that, then to its position.
-func headServicePorts(containers []corev1.Container) []corev1.ServicePort {
-	type portKey struct {
-		port     int32
-		protocol corev1.Protocol
-	}
-	var ports []corev1.ServicePort
-	listed, names := map[portKey]bool{}, map[string]bool{}
-	for _, c := range containers {
-		for _, p := range c.Ports {
-			protocol := p.Protocol
-			if protocol == "" {
-				protocol = corev1.ProtocolTCP
-			}
-			key := portKey{p.ContainerPort, protocol}
-			if listed[key] {
-				continue
-			}
-			listed[key] = true
-			fallback := fmt.Sprintf("port-%d", p.ContainerPort)
-			if protocol != corev1.ProtocolTCP {
-				fallback += "-" + strings.ToLower(string(protocol))
-			}
-			name := p.Name
-			for _, candidate := range []string{fallback, fmt.Sprintf("p%d", len(ports))} {
-				if name != "" && !names[name] {
-					break
-				}
-				name = candidate
-			}
-			names[name] = true
-			ports = append(ports, corev1.ServicePort{Name: name, Port: p.ContainerPort, Protocol: p.Protocol})
-		}
-	}
-	return ports
 }
