@@ -281,11 +281,8 @@ func nativePodGroupOf(ctx context.Context, s *scenario, gang string) (*k8sschedu
 	if err := s.c.List(ctx, &pgs, client.InNamespace(s.ns)); err != nil {
 		return nil, err
 	}
-	kind := workload().recorded().Kind()
-	for i := range pgs.Items {
-		if ref := metav1.GetControllerOf(&pgs.Items[i]); ref != nil && ref.Kind == kind && ref.Name == gang {
-			return &pgs.Items[i], nil
-		}
+	if pg := controlledByGang(pgs.Items, gang); pg != nil {
+		return pg, nil
 	}
 	return nil, apierrors.NewNotFound(k8sschedulingv1beta1.Resource("podgroups"), gang)
 }
@@ -297,11 +294,23 @@ func podGroupOf(ctx context.Context, s *scenario, gang string) (*schedulingv1bet
 	if err := s.c.List(ctx, &pgs, client.InNamespace(s.ns)); err != nil {
 		return nil, err
 	}
-	kind := workload().recorded().Kind()
-	for i := range pgs.Items {
-		if ref := metav1.GetControllerOf(&pgs.Items[i]); ref != nil && ref.Kind == kind && ref.Name == gang {
-			return &pgs.Items[i], nil
-		}
+	if pg := controlledByGang(pgs.Items, gang); pg != nil {
+		return pg, nil
 	}
 	return nil, apierrors.NewNotFound(schedulingv1beta1.Resource("podgroups"), gang)
+}
+
+// controlledByGang is the item whose controller is the gang's object, or
+// nil: a PodGroup of either scheduler's API.
+func controlledByGang[T any, P interface {
+	*T
+	metav1.Object
+}](items []T, gang string) P {
+	kind := workload().recorded().Kind()
+	for i := range items {
+		if ref := metav1.GetControllerOf(P(&items[i])); ref != nil && ref.Kind == kind && ref.Name == gang {
+			return P(&items[i])
+		}
+	}
+	return nil
 }

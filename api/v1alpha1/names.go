@@ -1,7 +1,10 @@
 package v1alpha1
 
 import (
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,4 +104,21 @@ func HeadServicePorts(containers []corev1.Container) []corev1.ServicePort {
 		}
 	}
 	return ports
+}
+
+// PodTemplateHash is the PodTemplateHashAnnotation value: a digest of a pod as built, before the hash is added: it
+// changes with anything the spec puts in the pod, and only then. The
+// operator and the suite's bare gangs (conformance/bare) stamp pods alike.
+func PodTemplateHash(pod *corev1.Pod) string {
+	data, err := json.Marshal(struct {
+		Labels, Annotations map[string]string
+		Spec                corev1.PodSpec
+	}{pod.Labels, pod.Annotations, pod.Spec})
+	if err != nil {
+		// A PodSpec always marshals; a panic here is a programming error.
+		panic(fmt.Sprintf("hashing pod %s: %v", pod.Name, err))
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return strconv.FormatUint(h.Sum64(), 36)
 }

@@ -3,7 +3,6 @@ package bare
 import (
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -189,23 +188,8 @@ func buildPod(gang, namespace, priorityClass string, t *task, index int32) *core
 	}
 	pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] = gpulabv1alpha1.PodGroupName(gang)
 	pod.Annotations[TaskAnnotation] = t.name
-	pod.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] = podHash(pod)
+	pod.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] = gpulabv1alpha1.PodTemplateHash(pod)
 	return pod
-}
-
-// podHash is the operator's digest of a pod as built, before the hash is
-// added, so a bare pod is the same size and shape as gpulab's.
-func podHash(pod *corev1.Pod) string {
-	data, err := json.Marshal(struct {
-		Labels, Annotations map[string]string
-		Spec                corev1.PodSpec
-	}{pod.Labels, pod.Annotations, pod.Spec})
-	if err != nil {
-		panic(fmt.Sprintf("hashing pod %s: %v", pod.Name, err))
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return strconv.FormatUint(h.Sum64(), 36)
 }
 
 // member is count pods of one task shaped like pod, all of them needed.

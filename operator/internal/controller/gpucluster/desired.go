@@ -1,10 +1,8 @@
 package gpucluster
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -185,22 +183,6 @@ func placedWholeNodeGPUs(g *group, existing []corev1.Pod) (int32, bool) {
 	return 0, false
 }
 
-// podHash is a digest of a pod as built, before the hash is added: it
-// changes with anything the spec puts in the pod, and only then.
-func podHash(pod *corev1.Pod) string {
-	data, err := json.Marshal(struct {
-		Labels, Annotations map[string]string
-		Spec                corev1.PodSpec
-	}{pod.Labels, pod.Annotations, pod.Spec})
-	if err != nil {
-		// A PodSpec always marshals; a panic here is a programming error.
-		panic(fmt.Sprintf("hashing pod %s: %v", pod.Name, err))
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return strconv.FormatUint(h.Sum64(), 36)
-}
-
 // buildPod renders one pod of a group exactly as it will be created.
 func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang scheduler.Backend) *corev1.Pod {
 	tmpl := g.template.DeepCopy()
@@ -240,7 +222,7 @@ func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang sc
 		addGPUAffinity(pod, g.gpus)
 	}
 	gang.Decorate(pod, cluster, g.name)
-	hash := podHash(pod)
+	hash := gpulabv1alpha1.PodTemplateHash(pod)
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
