@@ -212,6 +212,19 @@ compare-operators: testbed-binaries-kuberay ## Measure the floor (no operator), 
 	$(BIN)/compare-operators --scales=$(COMPARE_SCALES) --rounds=$(COMPARE_ROUNDS) --suite=$(BIN)/gpulab-conformance \
 		--operator-binary=$(BIN)/gpulab-operator --out=$(COMPARE_OUT)
 
+SCHEDULERS_SCALE    ?= 100
+SCHEDULERS_ROUNDS   ?= 3
+SCHEDULERS_VOLCANOS ?= v1.14.1,v1.10.0
+SCHEDULERS_OUT      ?= $(CURDIR)/_artifacts/compare-schedulers
+.PHONY: compare-schedulers
+compare-schedulers: $(TESTBED) ## Measure the same gangs on each Volcano of SCHEDULERS_VOLCANOS (a testbed each, all up at once) and on Kubernetes' native gangs (beside the first): gang and latency features, a warm-up and SCHEDULERS_ROUNDS rotating rounds; print the table with intervals.
+	for v in $$(echo $(SCHEDULERS_VOLCANOS) | tr , " "); do $(TESTBED) build --volcano-version=$$v || exit 1; done
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-schedulers ./conformance/cmd/compare-schedulers
+	$(BIN)/compare-schedulers --scale=$(SCHEDULERS_SCALE) --rounds=$(SCHEDULERS_ROUNDS) --volcano-versions=$(SCHEDULERS_VOLCANOS) \
+		--suite=$(BIN)/gpulab-conformance --operator-binary=$(BIN)/gpulab-operator --out=$(SCHEDULERS_OUT)
+
 BENCH_SCALES ?= 10,100,300,1000
 BENCH_OUT    ?= $(CURDIR)/_artifacts/bench-scale
 .PHONY: bench-scale
@@ -224,7 +237,7 @@ bench-scale: testbed-binaries ## Measure the operator at N=BENCH_SCALES gangs (o
 NOISE_RUNS          ?= 20
 NOISE_PLANTED_RUNS  ?= 10
 NOISE_COMPARISONS   ?= 10
-NOISE_PLANTED_DELAY ?= 400ms
+NOISE_PLANTED_DELAY ?= 1500ms
 NOISE_REUSE         ?= 0
 NOISE_OUT           ?= $(CURDIR)/_artifacts/noise-check
 export NOISE_RUNS NOISE_PLANTED_RUNS NOISE_COMPARISONS NOISE_PLANTED_DELAY NOISE_REUSE NOISE_OUT

@@ -24,7 +24,7 @@ func TestParseStat(t *testing.T) {
 	if _, ok := parseStat("4242 (short) S 1 2"); ok {
 		t.Error("a truncated stat line parsed")
 	}
-	if s, ok := processCPU(os.Getpid()); !ok || s < 0 {
+	if s, ok := ProcessCPU(os.Getpid()); !ok || s < 0 {
 		t.Errorf("own process CPU = %v, %v", s, ok)
 	}
 }

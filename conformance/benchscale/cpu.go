@@ -16,15 +16,16 @@ const clockTicks = 100
 func cpuSeconds(procs map[string]int) map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range procs {
-		if s, ok := processCPU(pid); ok {
+		if s, ok := ProcessCPU(pid); ok {
 			out[name] = s
 		}
 	}
 	return out
 }
 
-// processCPU parses utime and stime from /proc/<pid>/stat.
-func processCPU(pid int) (float64, bool) {
+// ProcessCPU is the user+system CPU seconds pid has used so far, from
+// /proc/<pid>/stat; false when the process is gone.
+func ProcessCPU(pid int) (float64, bool) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, false

@@ -20,7 +20,7 @@
 #
 # Usage: conformance/hack/noise-check.sh [compare flags...]
 #   NOISE_RUNS=20 NOISE_PLANTED_RUNS=10 NOISE_COMPARISONS=10
-#   NOISE_PLANTED_DELAY=400ms CONFORMANCE_SCALE=100 NOISE_OUT=_artifacts/noise-check
+#   NOISE_PLANTED_DELAY=1500ms CONFORMANCE_SCALE=100 NOISE_OUT=_artifacts/noise-check
 #   NOISE_REUSE=1 reuses the runs already in NOISE_OUT and only redraws.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 runs=${NOISE_RUNS:-20}
 planted=${NOISE_PLANTED_RUNS:-10}
 comparisons=${NOISE_COMPARISONS:-10}
-delay=${NOISE_PLANTED_DELAY:-400ms}
+delay=${NOISE_PLANTED_DELAY:-1500ms}
 scale=${CONFORMANCE_SCALE:-100}
 out=${NOISE_OUT:-_artifacts/noise-check}
 bin=${BIN:-bin}

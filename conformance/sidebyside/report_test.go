@@ -31,10 +31,10 @@ func TestRowsAndRatios(t *testing.T) {
 		"gpucluster": {run(true, 2, 8), run(true, 3, 8), run(true, 4, 8)},
 		"raycluster": {run(true, 6, 8), run(true, 8, 8), run(true, 10, 8)},
 	}
-	if err := CheckSameGangs(runs); err != nil {
+	if err := Operators.CheckSameGangs(runs); err != nil {
 		t.Fatal(err)
 	}
-	md := Markdown(Rows(runs))
+	md := Operators.Markdown(Operators.Rows(runs))
 	// p99 of Ready: floor 1–3 (median 2), gpulab 2–4 (3), KubeRay 6–10
 	// (8). gpulab / floor 1.5, KubeRay / gpulab 8/3; each interval spans
 	// the extreme ratios of the rounds' medians.
@@ -54,7 +54,7 @@ func TestRowsAndRatios(t *testing.T) {
 func TestOrderRotates(t *testing.T) {
 	pos := map[string]map[int]bool{}
 	for round := 1; round <= 3; round++ {
-		for i, w := range Order(round) {
+		for i, w := range Order(round, Workloads) {
 			if pos[w] == nil {
 				pos[w] = map[int]bool{}
 			}
@@ -81,8 +81,56 @@ func TestCheckSameGangsRefuses(t *testing.T) {
 				r.Finalize()
 			}
 		}
-		if err := CheckSameGangs(runs); err == nil {
+		if err := Operators.CheckSameGangs(runs); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// The scheduler table compares every side with the first Volcano, accepts
+// native gangs that ask for a count only, and still refuses a native run
+// whose count differs.
+func TestSchedulersTable(t *testing.T) {
+	table := Schedulers([]string{"v1.14.1", "v1.10.0"})
+	nativeRun := func(minMember float64) *results.Results {
+		r := &results.Results{Features: []results.Feature{{Name: "latency", Assessments: []results.Assessment{{Name: "a", Status: results.StatusPassed}}}},
+			Measurements: []results.Measurement{
+				results.Distribution("latency", "create_to_pods_ready", "seconds", []float64{3}),
+				results.Value("latency", "clusters", "count", 100),
+				results.Value("latency", "gang_min_member", "pods", minMember),
+			}}
+		r.Finalize()
+		return r
+	}
+	ready := func(v float64) results.Measurement {
+		return results.Distribution("latency", "create_to_pods_ready", "seconds", []float64{v})
+	}
+	runs := map[string][]*results.Results{
+		"volcano-v1.14.1": {run(true, 1, 8, ready(2)), run(true, 1, 8, ready(2))},
+		"volcano-v1.10.0": {run(true, 1, 8, ready(4)), run(true, 1, 8, ready(4))},
+		"kubernetes":      {nativeRun(3), nativeRun(3)},
+	}
+	if err := table.CheckSameGangs(runs); err != nil {
+		t.Fatal(err)
+	}
+	md := table.Markdown(table.Rows(runs))
+	for _, want := range []string{
+		"| MEASUREMENT | UNIT | Volcano v1.14.1 | Volcano v1.10.0 | Kubernetes gangs | Volcano v1.10.0 / Volcano v1.14.1 | Kubernetes gangs / Volcano v1.14.1 |",
+		"| create_to_pods_ready p99 | seconds | 2 | 4 | 3 | 2.00 [2.00, 2.00] | 1.50 [1.50, 1.50] |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in:\n%s", want, md)
+		}
+	}
+	if v := verdicts(table, runs); !strings.Contains(v, "| latency | passed 2/2 | passed 2/2 | passed 2/2 |") {
+		t.Errorf("verdicts:\n%s", v)
+	}
+	runs["kubernetes"] = []*results.Results{nativeRun(2)}
+	if err := table.CheckSameGangs(runs); err == nil {
+		t.Error("a native gang of another size was accepted")
+	}
+	runs["kubernetes"] = []*results.Results{run(true, 1, 4)}
+	if err := table.CheckSameGangs(runs); err == nil {
+		t.Error("a native gang asking other GPUs was accepted")
 	}
 }

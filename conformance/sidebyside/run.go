@@ -91,11 +91,11 @@ func Run(ctx context.Context, opts Options) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		rows := Rows(runs)
-		fmt.Fprintf(&report, "\n## N=%d (%d nodes)\n\n%s", n, nodes, Markdown(rows))
+		rows := Operators.Rows(runs)
+		fmt.Fprintf(&report, "\n## N=%d (%d nodes)\n\n%s", n, nodes, Operators.Markdown(rows))
 		fmt.Fprintf(opts.Log, "\nside by side, N=%d:\n", n)
-		Print(opts.Log, rows)
-		if err := CheckSameGangs(runs); err != nil {
+		Operators.Print(opts.Log, rows)
+		if err := Operators.CheckSameGangs(runs); err != nil {
 			errs = append(errs, fmt.Errorf("at %d gangs: %w", n, err))
 		}
 	}
@@ -144,7 +144,7 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 		first = 1
 	}
 	for round := first; round <= opts.Rounds; round++ {
-		for _, w := range Order(round) {
+		for _, w := range Order(round, Workloads) {
 			name := fmt.Sprintf("round-%d-%s", round, w)
 			if round == 0 {
 				name = "warm-up-" + w
@@ -169,7 +169,7 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 
 // Order is round's order of the sides: rotated by one each round, so each
 // side goes first, in the middle and last equally often over the rounds.
-func Order(round int) []string {
-	k := round % len(Workloads)
-	return append(append([]string(nil), Workloads[k:]...), Workloads[:k]...)
+func Order(round int, sides []string) []string {
+	k := round % len(sides)
+	return append(append([]string(nil), sides[k:]...), sides[:k]...)
 }

@@ -1,0 +1,273 @@
+package sidebyside
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpulab/gpulab/conformance/benchscale"
+	"github.com/gpulab/gpulab/conformance/profile"
+	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
+)
+
+// SchedulerOptions configures a scheduler comparison.
+type SchedulerOptions struct {
+	// Scale is the gang count of each run (default 100).
+	Scale int
+	// Rounds is how many counted runs each side gets, the order rotating
+	// from round to round (default 3).
+	Rounds int
+	// NoWarmUp skips the uncounted first round.
+	NoWarmUp bool
+	// VolcanoVersions are the Volcano sides (default
+	// binaries.DefaultVolcanoVersion and v1.10.0). The first one's testbed
+	// also serves Kubernetes' native gangs, the third side.
+	VolcanoVersions []string
+	// Suite and Operator are the gpulab-conformance and gpulab-operator
+	// binaries.
+	Suite, Operator string
+	// Out receives each run's results, the operators' logs and report.md.
+	Out string
+	// TestbedName prefixes the testbeds' names (default
+	// gpulab-schedulers): one per Volcano version, named after it.
+	TestbedName string
+	// Log receives progress and each run's output.
+	Log io.Writer
+}
+
+// Features are what each side runs every round: the gang feature's
+// verdicts and the latency feature's phases.
+const schedulerFeatures = "^(gang|latency)$"
+
+func (o *SchedulerOptions) defaults() error {
+	if o.Scale == 0 {
+		o.Scale = 100
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 3
+	}
+	if len(o.VolcanoVersions) == 0 {
+		o.VolcanoVersions = []string{binaries.DefaultVolcanoVersion, "v1.10.0"}
+	}
+	if o.TestbedName == "" {
+		o.TestbedName = "gpulab-schedulers"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	seen := map[string]bool{}
+	for i, v := range o.VolcanoVersions {
+		r, err := binaries.ResolveVolcanoVersion(v)
+		if err != nil {
+			return err
+		}
+		if seen[r] {
+			return fmt.Errorf("Volcano %s is named twice", r)
+		}
+		seen[r], o.VolcanoVersions[i] = true, r
+	}
+	switch {
+	case o.Scale < 1:
+		return fmt.Errorf("the scale must be at least 1, got %d", o.Scale)
+	case o.Rounds < 2:
+		return fmt.Errorf("rounds must be at least 2 (an interval needs two runs a side), got %d", o.Rounds)
+	case o.Suite == "" || o.Operator == "" || o.Out == "":
+		return errors.New("the suite and operator binaries and an output directory are required")
+	}
+	return nil
+}
+
+// Schedulers is the scheduler comparison's table for the Volcano versions
+// (the first is the reference) and native gangs: where each gang's time
+// goes (bound vs Ready), the worst partial binding, the operator's API
+// cost and the scheduler's own CPU.
+func Schedulers(volcanoVersions []string) Table {
+	t := Table{
+		Phases:      []string{"create_to_all_bound", "create_to_pods_ready", "create_to_status_ready"},
+		Percentiles: []string{"p50", "p99"},
+		Values:      []string{"overcommitted_create_to_all_bound", "longest_partial_binding", "api_requests_per_cluster", schedulerCPU},
+	}
+	for _, v := range volcanoVersions {
+		t.Sides = append(t.Sides, Side{Key: volcanoSide(v), Label: "Volcano " + v})
+	}
+	t.Sides = append(t.Sides, Side{Key: nativeSide, Label: "Kubernetes gangs"})
+	for _, s := range t.Sides[1:] {
+		t.Ratios = append(t.Ratios, Ratio{Num: s.Key, Den: t.Sides[0].Key})
+	}
+	return t
+}
+
+// schedulerCPU is the CPU seconds the side's scheduler process used over
+// the whole run (both features), read from /proc.
+const schedulerCPU = "scheduler_cpu_per_run"
+
+func volcanoSide(version string) string { return "volcano-" + version }
+
+// schedulerSide is a side's testbed and how the suite and /proc find its
+// scheduler.
+type schedulerSide struct {
+	key, scheduler, process string
+	tb                      *local.Testbed
+	metricsURL              string
+}
+
+// RunSchedulers measures the same gangs on each Volcano version and on
+// Kubernetes' native gangs, through gpulab's operator: the suite's gang
+// and latency features, round by round in rotating order after an
+// uncounted warm-up round, and writes report.md. Volcano versions cannot
+// share an API server (same CRD names, other schemas), so each gets a
+// testbed of its own with the same fleet, all up at once so that every
+// side runs on an equally loaded machine; native gangs run beside the
+// first Volcano. It fails when a run fails or the sides did not measure
+// the same gangs; the report is written either way.
+func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
+	if err := opts.defaults(); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return "", err
+	}
+	fleet, err := profile.LocalFleet(profile.Options{Scale: opts.Scale})
+	if err != nil {
+		return "", err
+	}
+	var sides []schedulerSide
+	for i, v := range opts.VolcanoVersions {
+		tb, err := local.New(local.Options{Name: opts.TestbedName + "-" + strings.ReplaceAll(strings.TrimPrefix(v, "v"), ".", "-"),
+			Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute, VolcanoVersion: v, NativeGangs: i == 0})
+		if err != nil {
+			return "", err
+		}
+		if err := tb.Up(ctx); err != nil {
+			return "", errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
+		}
+		defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
+		op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator-" + tb.Name(), Binary: opts.Operator,
+			Kubeconfig: tb.Kubeconfig(), LogDir: opts.Out})
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = op.Stop() }()
+		sides = append(sides, schedulerSide{key: volcanoSide(v), scheduler: "volcano", process: "vc-scheduler", tb: tb, metricsURL: op.MetricsURL()})
+		if i == 0 {
+			sides = append(sides, schedulerSide{key: nativeSide, scheduler: "kubernetes", process: "kube-scheduler", tb: tb, metricsURL: op.MetricsURL()})
+		}
+	}
+	keys := make([]string, len(sides))
+	byKey := map[string]schedulerSide{}
+	for i, s := range sides {
+		keys[i], byKey[s.key] = s.key, s
+	}
+	runs := map[string][]*results.Results{}
+	first := 0 // round 0 is the warm-up
+	if opts.NoWarmUp {
+		first = 1
+	}
+	for round := first; round <= opts.Rounds; round++ {
+		for _, key := range Order(round, keys) {
+			name := fmt.Sprintf("round-%d-%s", round, key)
+			if round == 0 {
+				name = "warm-up-" + key
+			}
+			r, err := runSchedulerSide(ctx, opts, byKey[key], filepath.Join(opts.Out, name))
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", name, err)
+			}
+			if round > 0 {
+				runs[key] = append(runs[key], r)
+			}
+		}
+	}
+	table := Schedulers(opts.VolcanoVersions)
+	rows := table.Rows(runs)
+	report := fmt.Sprintf("# Gang schedulers side by side\n\n"+
+		"N=%d gangs (1 head + 2 workers x 4 GPUs) through gpulab's operator, on %d fake nodes; each side runs the suite's gang and latency "+
+		"features once a round, a warm-up round (not counted), then %d rounds in rotating order. Ranges are over the rounds; a ratio is of "+
+		"the medians, with its 95%% bootstrap interval over the rounds. Kubernetes gangs are scheduling.k8s.io PodGroups placed "+
+		"by kube-scheduler's gangscheduling plugin, on the first Volcano's testbed. Host: %s.\n\n%s\n## Verdicts\n\n%s",
+		opts.Scale, len(fleet.Nodes()), opts.Rounds, results.LocalHost(), table.Markdown(rows), verdicts(table, runs))
+	fmt.Fprintf(opts.Log, "\nschedulers side by side, N=%d:\n", opts.Scale)
+	table.Print(opts.Log, rows)
+	fmt.Fprint(opts.Log, "\n", verdicts(table, runs))
+	werr := os.WriteFile(filepath.Join(opts.Out, "report.md"), []byte(report), 0o644)
+	return report, errors.Join(werr, table.CheckSameGangs(runs))
+}
+
+// runSchedulerSide is one run of the suite on side, with the scheduler's
+// CPU over it recorded as a latency measurement.
+func runSchedulerSide(ctx context.Context, opts SchedulerOptions, side schedulerSide, dir string) (*results.Results, error) {
+	fmt.Fprintf(opts.Log, "schedulers side by side: %s\n", filepath.Base(dir))
+	pid := 0
+	for _, c := range side.tb.Components() {
+		if c.Name == side.process && c.Running {
+			pid = c.PID
+		}
+	}
+	before, ok := benchscale.ProcessCPU(pid)
+	if !ok {
+		return nil, fmt.Errorf("the testbed's %s is not running", side.process)
+	}
+	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: side.tb.Kubeconfig(), Workload: "gpucluster", Scale: opts.Scale,
+		Features: schedulerFeatures, OperatorMetricsURL: side.metricsURL, Out: dir, ClusterName: side.tb.Name(),
+		Extra: []string{"--scheduler=" + side.scheduler}}.Command(ctx)
+	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+	runErr := cmd.Run()
+	after, ok := benchscale.ProcessCPU(pid)
+	r, err := results.Read(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, errors.Join(runErr, err)
+	}
+	if ok {
+		r.Measurements = append(r.Measurements, results.Value("latency", schedulerCPU, "seconds", after-before))
+	}
+	return r, nil
+}
+
+// verdicts is a Markdown table of each feature's verdicts per side over
+// the rounds, e.g. "passed 3/3", with the first failure's reason.
+func verdicts(t Table, runs map[string][]*results.Results) string {
+	var b strings.Builder
+	h := []string{"feature"}
+	for _, s := range t.Sides {
+		h = append(h, s.Label)
+	}
+	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(h, " | "), strings.Repeat("---|", len(h)))
+	for _, f := range []string{"gang", "latency"} {
+		row := []string{f}
+		for _, s := range t.Sides {
+			count, first := map[string]int{}, ""
+			for _, r := range runs[s.Key] {
+				for _, feat := range r.Features {
+					if feat.Name != f {
+						continue
+					}
+					v := string(feat.Status)
+					count[v]++
+					if msgs := feat.Messages(); first == "" && len(msgs) > 0 {
+						first = msgs[0]
+					}
+				}
+			}
+			var parts []string
+			for v, n := range count {
+				parts = append(parts, fmt.Sprintf("%s %d/%d", v, n, len(runs[s.Key])))
+			}
+			sort.Strings(parts)
+			cell := strings.Join(parts, ", ")
+			if first != "" {
+				cell += " (" + strings.ReplaceAll(first, "|", "/") + ")"
+			}
+			row = append(row, cell)
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(row, " | "))
+	}
+	return b.String()
+}
