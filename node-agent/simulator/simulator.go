@@ -15,11 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
+	"github.com/gpulab/gpulab/node-agent/dra"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -64,6 +66,9 @@ type Options struct {
 	// Ready, when set, is called once the node list has been read and an
 	// agent started for every fake GPU node in it.
 	Ready func(nodes int)
+	// DRADriver, when set, also publishes each node's healthy GPUs as DRA
+	// devices of this driver (dra.DefaultDriverName), a pool per node.
+	DRADriver string
 }
 
 // Run simulates the agent of every fake GPU node until ctx is done.
@@ -81,6 +86,8 @@ type simulator struct {
 	client  client.WithWatch
 	pub     *publisher.Publisher
 	metrics *metrics.Metrics
+	// kube publishes ResourceSlices; nil without Options.DRADriver.
+	kube kubernetes.Interface
 
 	mu    sync.Mutex
 	nodes map[string]*simNode
@@ -113,6 +120,11 @@ func newSimulator(opts Options) (*simulator, error) {
 		return nil, fmt.Errorf("simulator: creating client: %w", err)
 	}
 	s := &simulator{opts: opts, log: opts.Log, client: c, nodes: map[string]*simNode{}}
+	if opts.DRADriver != "" {
+		if s.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("simulator: creating client: %w", err)
+		}
+	}
 	if opts.Registerer != nil {
 		s.metrics = metrics.New(opts.Registerer, metrics.Options{Format: opts.MetricsFormat})
 	}
@@ -190,14 +202,27 @@ func (s *simulator) start(ctx context.Context, name, profile string) (*simNode, 
 	if err != nil {
 		return nil, err
 	}
+	nctx, cancel := context.WithCancel(ctx)
+	var slices *dra.Publisher
+	if s.kube != nil {
+		if slices, err = dra.Start(nctx, s.kube, s.opts.DRADriver, name); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	a, err := agent.New(b, agent.Options{
 		NodeName: name, Interval: s.opts.Interval, IgnoredXIDs: s.opts.IgnoredXIDs,
 		Publisher: s.pub, Metrics: s.metrics, Log: s.log,
+		OnScanned: func(r *agent.Result) {
+			if slices != nil {
+				slices.Update(&r.State.Status)
+			}
+		},
 	})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	nctx, cancel := context.WithCancel(ctx)
 	s.wg.Go(func() {
 		if err := a.Run(nctx); err != nil {
 			s.log.Error(err, "agent stopped", "node", name)

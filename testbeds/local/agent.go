@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	nodedra "github.com/gpulab/gpulab/node-agent/dra"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -38,9 +39,10 @@ func (t *Testbed) agentBinary(ctx context.Context) (string, error) {
 
 // agentComponent runs one gpulab-agent that simulates every fake GPU node
 // (a mock NVML per node, of the node's profile), so each has a GPUInventory
-// and GFD labels written by the real publishing code.
-func agentComponent(workdir, kubeconfig, binary string, metricsPort int) kwokComponent {
-	return kwokComponent{
+// and GFD labels written by the real publishing code, and with dra its
+// DRA devices.
+func agentComponent(workdir, kubeconfig, binary string, metricsPort int, dra bool) kwokComponent {
+	c := kwokComponent{
 		Name:    "gpulab-agent",
 		Binary:  binary,
 		WorkDir: workdir,
@@ -53,6 +55,19 @@ func agentComponent(workdir, kubeconfig, binary string, metricsPort int) kwokCom
 			"--lease-namespace=" + v1alpha1.DefaultHeartbeatLeaseNamespace,
 		},
 	}
+	if dra {
+		c.Args = append(c.Args, "--dra-driver="+nodedra.DefaultDriverName)
+	}
+	return c
+}
+
+// applyDeviceClass creates the DeviceClass of the agent's DRA devices.
+func applyDeviceClass(ctx context.Context, c client.Client) error {
+	dc := nodedra.DeviceClass(nodedra.DefaultDriverName)
+	if err := c.Create(ctx, dc); err != nil && !isAlreadyExists(err) {
+		return fmt.Errorf("creating DeviceClass %s: %w", dc.Name, err)
+	}
+	return nil
 }
 
 // createLeaseNamespace creates the namespace of the agent's heartbeat

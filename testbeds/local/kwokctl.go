@@ -83,9 +83,9 @@ var kwokStages = []string{
 // from: local binaries only (nothing is downloaded), loopback only, Volcano
 // (and KubeRay's operator, when kuberay is not nil) as extra components
 // kwokctl supervises, and kwok's stages.
-func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string, nativeGangs bool) ([]byte, error) {
+func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string, opts Options) ([]byte, error) {
 	components := append(volcano.components(workdir, bins),
-		agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics))
+		agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics, opts.DRA))
 	if kuberay != nil {
 		components = append(components, kuberay.component(workdir, bins))
 	}
@@ -117,7 +117,7 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 		// a verdict on the cluster under test.
 		"kubeControllerManagerNodeMonitorGracePeriodMilliseconds": nodeMonitorGracePeriod.Milliseconds(),
 	}
-	if nativeGangs {
+	if opts.NativeGangs {
 		NativeGangKwokctlOptions(options)
 	}
 	docs := []any{
@@ -195,7 +195,7 @@ func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano
 	if err := os.MkdirAll(t.stateDir(), 0o755); err != nil {
 		return err
 	}
-	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent, t.opts.NativeGangs)
+	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent, t.opts)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		Etcd: 5, EtcdPeer: 6, KubeAPIServer: 7, KubeControllerManager: 8, KubeScheduler: 9, KwokController: 10,
 		KubeRayMetrics: 11, KubeRayHealthz: 12,
 	}}
-	out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", false)
+	out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 	// With KubeRay: one more component, gang-scheduling through Volcano,
 	// on the testbed's loopback ports.
 	k := &kubeRaySetup{kubeconfig: v.kubeconfig, ports: v.ports, reconcileConcurrency: 4, qps: 200, burst: 400}
-	out, err = renderKwokctlConfig("/work", bins, v, k, "/c/gpulab-agent", false)
+	out, err = renderKwokctlConfig("/work", bins, v, k, "/c/gpulab-agent", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestKwokctlConfigNativeGangs(t *testing.T) {
 	bins := &binaries.Set{KwokModuleDir: fakeKwokStages(t)}
 	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml"}
 	for _, native := range []bool{false, true} {
-		out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", native)
+		out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", Options{NativeGangs: native})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,6 +144,21 @@ func TestKwokctlConfigNativeGangs(t *testing.T) {
 			if strings.Contains(config, want) != native {
 				t.Errorf("native gangs %v: config has %q: %v", native, want, !native)
 			}
+		}
+	}
+}
+
+// DRA: the agent publishes the fake nodes' devices only when asked.
+func TestKwokctlConfigDRA(t *testing.T) {
+	bins := &binaries.Set{KwokModuleDir: fakeKwokStages(t)}
+	v := &volcanoSetup{stateDir: "/state", kubeconfig: "/work/kubeconfig.yaml"}
+	for _, dra := range []bool{false, true} {
+		out, err := renderKwokctlConfig("/work", bins, v, nil, "/c/gpulab-agent", Options{DRA: dra})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(out), "--dra-driver=gpu.gpulab.io"); got != dra {
+			t.Errorf("DRA %v: the agent's --dra-driver is there: %v", dra, got)
 		}
 	}
 }

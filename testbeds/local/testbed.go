@@ -55,6 +55,12 @@ type Options struct {
 	// kube-controller-manager, and scheduling.k8s.io/v1beta1 (PodGroups)
 	// served (NativeGangKwokctlOptions). Volcano runs beside it.
 	NativeGangs bool
+	// DRA has the agent publish every fake node's GPUs as Dynamic Resource
+	// Allocation devices (ResourceSlices of dra.DefaultDriverName, a pool
+	// per node) and installs their DeviceClass; kube-scheduler allocates
+	// claims from them. The nodes' nvidia.com/gpu capacity stays: a run
+	// asks for GPUs one way or the other, never both.
+	DRA bool
 	// KubeRayReconcileConcurrency is the operator's --reconcile-concurrency
 	// (RayClusters, RayJobs and RayServices each reconciled at once). 0
 	// keeps KubeRay's default, 1.
@@ -297,6 +303,11 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	}
 	if err := applyDefaultQueue(ctx, c); err != nil {
 		return err
+	}
+	if t.opts.DRA {
+		if err := applyDeviceClass(ctx, c); err != nil {
+			return err
+		}
 	}
 	if err := createLeaseNamespace(ctx, c); err != nil {
 		return err

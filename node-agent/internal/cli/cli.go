@@ -147,7 +147,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 		return simulator.Run(ctx, simulator.Options{
 			Config: cfg, Interval: f.interval, IgnoredXIDs: f.ignored, LabelNodes: f.labelNode, LeaseNamespace: f.leaseNamespace,
 			AdvertiseCapacity: f.advertiseCapacity, Registerer: reg, MetricsFormat: f.metricsFormat, Log: log,
-			Ready: func(int) { close(ready) },
+			DRADriver: f.draDriver, Ready: func(int) { close(ready) },
 		})
 	}
 	plugin, err := newDevicePlugin(f, log)

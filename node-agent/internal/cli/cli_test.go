@@ -50,6 +50,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--node-name=a", "--metrics-format=prometheus"}, `--metrics-format="prometheus": want gpulab, dcgm or both`},
 		{[]string{"--node-name=a", "--device-plugin", "--advertise-capacity"}, "--advertise-capacity conflicts with --device-plugin"},
 		{[]string{"--simulate-testbed-nodes", "--device-plugin"}, "--device-plugin conflicts with --simulate-testbed-nodes"},
+		{[]string{"--node-name=a", "--dra-driver=gpu.gpulab.io"}, "--dra-driver needs --simulate-testbed-nodes"},
+		{[]string{"--simulate-testbed-nodes", "--dra-driver=gpu"}, "want a DNS subdomain"},
 		{[]string{"--node-name=a", "--device-plugin", "--device-plugin-dir="}, "--device-plugin needs --device-plugin-dir"},
 		{[]string{"--node-name=a", "--device-plugin", "--device-plugin-resource=gpu"}, `--device-plugin-resource="gpu": want an extended resource name`},
 		{[]string{"--node-name=a", "--device-plugin", "--device-list-strategy=envvar,volume-mounts"}, "--device-list-strategy: device list strategies envvar and volume-mounts both set"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
+	"github.com/gpulab/gpulab/node-agent/dra"
 	"github.com/gpulab/gpulab/node-agent/internal/health"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -125,6 +126,7 @@ type runFlags struct {
 	probeAddr         string
 	advertiseCapacity bool
 	simulate          bool
+	draDriver         string
 	nvmlSet           bool
 
 	metricsFormatName  string
@@ -182,6 +184,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"TESTBEDS ONLY: set the node's nvidia.com/gpu capacity to the healthy GPU count, as the device plugin would")
 	fs.BoolVar(&f.simulate, "simulate-testbed-nodes", false,
 		"TESTBEDS ONLY: publish for every node labelled "+simulatorProfileLabel+"=<profile>, each with a mock NVML of its profile")
+	fs.StringVar(&f.draDriver, "dra-driver", "",
+		"also publish the healthy GPUs as Dynamic Resource Allocation devices of this driver (e.g. "+dra.DefaultDriverName+
+			"), a pool per node in ResourceSlices owned by the Node; empty publishes none. For now with --simulate-testbed-nodes only: "+
+			"a real kubelet also needs the driver's kubelet plugin")
 	fs.StringVar(&f.metricsFormatName, "metrics-format", string(metrics.FormatBoth),
 		"per-GPU series on /metrics: gpulab (gpulab_gpu_*, base units), dcgm (the DCGM exporter's DCGM_FI_DEV_* names, units and labels, "+
 			"with pod attribution) or both")
@@ -245,6 +251,14 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 		}
 	}
 	errs = append(errs, f.validateStrategies())
+	if f.draDriver != "" {
+		if msgs := validation.IsDNS1123Subdomain(f.draDriver); len(msgs) > 0 || !strings.Contains(f.draDriver, ".") {
+			errs = append(errs, fmt.Errorf("--dra-driver=%q: want a DNS subdomain with a domain the driver owns, such as %s", f.draDriver, dra.DefaultDriverName))
+		}
+		if !f.simulate {
+			errs = append(errs, errors.New("--dra-driver needs --simulate-testbed-nodes: on a node with a kubelet the driver needs its kubelet plugin, which the agent does not serve yet"))
+		}
+	}
 	if f.simulate {
 		if f.nvmlSet && f.nvml != "mock" {
 			errs = append(errs, fmt.Errorf("--nvml=%s conflicts with --simulate-testbed-nodes, which gives each node a mock of its own profile", f.nvml))

@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long `up` waits for nodes, Volcano and the queue")
 	monitoring := fs.Bool("monitoring", false, "build: also build Prometheus, promtool and the Pushgateway (the dashboards' checks)")
 	volcanoVersion := fs.String("volcano-version", "", volcanoVersionUsage)
+	dra := fs.Bool("dra", false, "up: have the agent publish every fake node's GPUs as DRA devices (ResourceSlices of gpu.gpulab.io, a pool per node) and install their DeviceClass gpu.gpulab.io")
 	nativeGangs := fs.Bool("native-gangs", false, "up: turn on Kubernetes' own gang scheduling (the GenericWorkload gate in kube-apiserver, kube-scheduler and kube-controller-manager; scheduling.k8s.io/v1beta1 PodGroups served) beside Volcano")
 	kuberay := fs.Bool("kuberay", false, "build: also build KubeRay's operator; up: also run KubeRay's operator (--kuberay-version) with its CRDs, gang-scheduling RayClusters through Volcano")
 	kuberayVersion := fs.String("kuberay-version", "", "build --kuberay, up --kuberay: KubeRay's operator version, one of "+
@@ -104,7 +105,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	tb, err := local.New(local.Options{
 		Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout, VolcanoVersion: *volcanoVersion,
-		NativeGangs: *nativeGangs, KubeRay: *kuberay, KubeRayVersion: *kuberayVersion, KubeRayReconcileConcurrency: *kuberayConcurrency, KubeRayQPS: *kuberayQPS, KubeRayBurst: *kuberayBurst,
+		NativeGangs: *nativeGangs, DRA: *dra, KubeRay: *kuberay, KubeRayVersion: *kuberayVersion, KubeRayReconcileConcurrency: *kuberayConcurrency, KubeRayQPS: *kuberayQPS, KubeRayBurst: *kuberayBurst,
 	})
 	if err != nil {
 		return err
