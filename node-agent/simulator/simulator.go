@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/dra"
+	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"

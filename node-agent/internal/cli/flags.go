@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/dra"
+	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
 	"github.com/gpulab/gpulab/node-agent/internal/health"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
