@@ -86,7 +86,7 @@ func TestMain(m *testing.M) {
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
 	run.Requested = results.Requested(results.Ask{
 		Filtered: o.Features != "" || o.SkipFeatures != "" || o.Assess != "" || o.SkipAssess != "",
-		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs,
+		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs, NoDRA: o.Profile == "kind",
 	})
 	cfg := envconf.New()
 	// An empty regexp would match every name: set only the filters given.

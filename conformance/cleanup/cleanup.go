@@ -37,6 +37,7 @@ var Kinds = []schema.GroupVersionKind{
 	{Group: "ray.io", Version: "v1", Kind: "RayCluster"},
 	{Group: "batch.volcano.sh", Version: "v1alpha1", Kind: "Job"},
 	podGVK,
+	{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaimTemplate"},
 	namespaceGVK,
 }
 

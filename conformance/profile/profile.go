@@ -150,7 +150,10 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		// KubeRay gets the concurrency and client limits the gpulab
 		// operator gets (newOperatorProcess), so their numbers compare.
 		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency, NativeGangs: opts.NativeGangs,
-		KubeRayQPS: OperatorQPS, KubeRayBurst: OperatorBurst})
+		KubeRayQPS: OperatorQPS, KubeRayBurst: OperatorBurst,
+		// The dra feature's devices: the agent publishes them beside the
+		// nodes' nvidia.com/gpu, which the other features ask for.
+		DRA: true})
 	if err != nil {
 		return nil, err
 	}

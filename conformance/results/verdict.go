@@ -131,6 +131,10 @@ type Ask struct {
 	MockGPUs bool
 	// RealGPUs is --real-gpus, which runs the accelerator-access checks.
 	RealGPUs bool
+	// NoDRA is a testbed that publishes no DRA devices (kind, whose real
+	// kubelets would need the agent as a kubelet plugin): it cannot show
+	// dra_support.
+	NoDRA bool
 }
 
 // Requested are the checklist requirements a run asks for. A whole run
@@ -143,6 +147,9 @@ func Requested(a Ask) []Requirement {
 	var out []Requirement
 	for _, info := range Requirements {
 		if info.ID == RequirementSecureAcceleratorAccess && a.MockGPUs && !a.RealGPUs {
+			continue
+		}
+		if info.ID == RequirementDRASupport && a.NoDRA {
 			continue
 		}
 		out = append(out, info.ID)
@@ -160,6 +167,7 @@ const (
 	RequirementAcceleratorMetrics      Requirement = "accelerator_metrics"
 	RequirementRobustController        Requirement = "robust_controller"
 	RequirementSecureAcceleratorAccess Requirement = "secure_accelerator_access"
+	RequirementDRASupport              Requirement = "dra_support"
 	RequirementNone                    Requirement = "none"
 )
 
@@ -177,6 +185,7 @@ var Requirements = []RequirementInfo{
 	{RequirementAcceleratorMetrics, "KAR-0059", "per-accelerator utilization and memory exposed in a standard format"},
 	{RequirementRobustController, "KAR-0063", "an AI operator (CRDs, validation, reconciliation) that survives restarts and failover"},
 	{RequirementSecureAcceleratorAccess, "", "a pod sees only the accelerators allocated to it"},
+	{RequirementDRASupport, "KAR-0051", "accelerators allocated through Dynamic Resource Allocation (resource.k8s.io/v1)"},
 }
 
 // KnownRequirement says whether r is a checklist id or RequirementNone.

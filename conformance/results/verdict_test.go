@@ -155,6 +155,7 @@ func TestKAREvidence(t *testing.T) {
 		RequirementAcceleratorMetrics:      {StatusPassed, "KAR-0059", 1},
 		RequirementRobustController:        {StatusFailed, "KAR-0063", 2},
 		RequirementSecureAcceleratorAccess: {StatusNotTested, "", 0},
+		RequirementDRASupport:              {StatusNotTested, "KAR-0051", 0},
 	}
 	if len(ev) != len(want) {
 		t.Fatalf("%d requirements, want %d (none is not one): %+v", len(ev), len(want), ev)
@@ -377,9 +378,10 @@ func TestRequested(t *testing.T) {
 		ask  Ask
 		want []Requirement
 	}{
-		{Ask{}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess}},
-		{Ask{MockGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController}},
-		{Ask{MockGPUs: true, RealGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess}},
+		{Ask{}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess, RequirementDRASupport}},
+		{Ask{MockGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementDRASupport}},
+		{Ask{MockGPUs: true, NoDRA: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController}},
+		{Ask{MockGPUs: true, RealGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess, RequirementDRASupport}},
 		{Ask{Filtered: true}, nil},
 	} {
 		if got := Requested(tc.ask); !slices.Equal(got, tc.want) {

@@ -1,0 +1,159 @@
+// Package dra reads a cluster's Dynamic Resource Allocation state as the
+// scheduler sees it: which published devices a DeviceClass selects (its CEL
+// selectors evaluated by the same library kube-scheduler uses), grouped in
+// node-local pools, which devices claims hold, and whether any device is
+// held by two claims at once.
+package dra
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	draCEL "k8s.io/dynamic-resource-allocation/cel"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Device names one device the way an allocation result does.
+type Device struct{ Driver, Pool, Name string }
+
+func (d Device) String() string { return d.Driver + "/" + d.Pool + "/" + d.Name }
+
+// Pool is one node-local pool's devices that a class selects.
+type Pool struct {
+	Driver, Name, Node string
+	// Devices are the selected devices' names, sorted.
+	Devices []string
+}
+
+// ClassPools are the node-local pools holding devices the DeviceClass
+// class selects, by the newest generation of each pool's slices, sorted
+// by node. It fails when the class does not exist or a selector does not
+// compile.
+func ClassPools(ctx context.Context, c client.Reader, class string) ([]Pool, error) {
+	var dc resourceapi.DeviceClass
+	if err := c.Get(ctx, client.ObjectKey{Name: class}, &dc); err != nil {
+		return nil, fmt.Errorf("reading DeviceClass %s: %w", class, err)
+	}
+	var progs []draCEL.CompilationResult
+	for _, s := range dc.Spec.Selectors {
+		if s.CEL == nil {
+			continue
+		}
+		r := draCEL.GetCompiler(draCEL.Features{}).CompileCELExpression(s.CEL.Expression, draCEL.Options{})
+		if r.Error != nil {
+			return nil, fmt.Errorf("DeviceClass %s: selector %q: %v", class, s.CEL.Expression, r.Error)
+		}
+		progs = append(progs, r)
+	}
+	var slices resourceapi.ResourceSliceList
+	if err := c.List(ctx, &slices); err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	type key struct{ driver, pool string }
+	newest := map[key]int64{}
+	for _, s := range slices.Items {
+		k := key{s.Spec.Driver, s.Spec.Pool.Name}
+		newest[k] = max(newest[k], s.Spec.Pool.Generation)
+	}
+	pools := map[key]*Pool{}
+	for _, s := range slices.Items {
+		k := key{s.Spec.Driver, s.Spec.Pool.Name}
+		if s.Spec.NodeName == nil || s.Spec.Pool.Generation != newest[k] {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			ok, err := matches(ctx, progs, s.Spec.Driver, d)
+			if err != nil {
+				return nil, fmt.Errorf("DeviceClass %s on %s/%s/%s: %w", class, s.Spec.Driver, s.Spec.Pool.Name, d.Name, err)
+			}
+			if !ok {
+				continue
+			}
+			p := pools[k]
+			if p == nil {
+				p = &Pool{Driver: k.driver, Name: k.pool, Node: *s.Spec.NodeName}
+				pools[k] = p
+			}
+			p.Devices = append(p.Devices, d.Name)
+		}
+	}
+	out := make([]Pool, 0, len(pools))
+	for _, p := range pools {
+		sort.Strings(p.Devices)
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node+out[i].Name < out[j].Node+out[j].Name })
+	return out, nil
+}
+
+// matches says whether every selector selects d, as the allocator decides.
+func matches(ctx context.Context, progs []draCEL.CompilationResult, driver string, d resourceapi.Device) (bool, error) {
+	for _, p := range progs {
+		ok, _, err := p.DeviceMatches(ctx, draCEL.Device{Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity})
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Allocated are the devices each allocated claim holds, by claim.
+func Allocated(claims []resourceapi.ResourceClaim) map[types.NamespacedName][]Device {
+	out := map[types.NamespacedName][]Device{}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		k := types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			out[k] = append(out[k], Device{Driver: r.Driver, Pool: r.Pool, Name: r.Device})
+		}
+	}
+	return out
+}
+
+// Shared lists every device that two or more claims hold, as
+// "device: claim, claim"; empty when none is.
+func Shared(allocated map[types.NamespacedName][]Device) []string {
+	holders := map[Device][]string{}
+	for claim, devs := range allocated {
+		for _, d := range devs {
+			holders[d] = append(holders[d], claim.String())
+		}
+	}
+	var out []string
+	for d, hs := range holders {
+		if len(hs) > 1 {
+			sort.Strings(hs)
+			out = append(out, d.String()+": "+strings.Join(hs, ", "))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Free are the pools' devices no claim holds.
+func Free(pools []Pool, allocated map[types.NamespacedName][]Device) []Pool {
+	held := map[Device]bool{}
+	for _, devs := range allocated {
+		for _, d := range devs {
+			held[d] = true
+		}
+	}
+	out := make([]Pool, 0, len(pools))
+	for _, p := range pools {
+		f := p
+		f.Devices = nil
+		for _, name := range p.Devices {
+			if !held[Device{p.Driver, p.Name, name}] {
+				f.Devices = append(f.Devices, name)
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
