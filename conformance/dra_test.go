@@ -317,4 +317,3 @@ func podCondition(pod *corev1.Pod, ct corev1.PodConditionType) *corev1.PodCondit
 	}
 	return nil
 }
-

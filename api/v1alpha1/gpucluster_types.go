@@ -128,6 +128,8 @@ type WorkerGroupSpec struct {
 //
 // +kubebuilder:validation:XValidation:rule="!(has(self.perPod) && has(self.wholeNode) && self.wholeNode)",message="gpus.perPod and gpus.wholeNode are mutually exclusive"
 // +kubebuilder:validation:XValidation:rule="has(self.perPod) || (has(self.wholeNode) && self.wholeNode)",message="gpus needs either perPod or wholeNode: true"
+// +kubebuilder:validation:XValidation:rule="!has(self.deviceClassName) || has(self.perPod)",message="gpus.deviceClassName (DRA) needs perPod"
+// +kubebuilder:validation:XValidation:rule="!has(self.selectors) || has(self.deviceClassName)",message="gpus.selectors need gpus.deviceClassName"
 type GPURequest struct {
 	// PerPod is the number of GPUs each pod requests.
 	// +optional
@@ -153,7 +155,28 @@ type GPURequest struct {
 	// +kubebuilder:validation:Minimum=1
 	MinMemoryMiB *int64 `json:"minMemoryMiB,omitempty"`
 
-	// Container names the container that receives the nvidia.com/gpu request;
+	// DeviceClassName hands the GPUs out through Dynamic Resource
+	// Allocation instead of the nvidia.com/gpu extended resource: each pod
+	// gets a ResourceClaim, from a ResourceClaimTemplate the operator
+	// creates and the cluster owns (<cluster>-<group>-gpus), for exactly
+	// perPod devices of this DeviceClass (gpu.gpulab.io for gpulab's agent,
+	// gpu.nvidia.com for NVIDIA's DRA driver).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	DeviceClassName string `json:"deviceClassName,omitempty"`
+
+	// Selectors are CEL expressions every claimed device must satisfy, as
+	// in a DeviceRequest (e.g. device.attributes["gpu.gpulab.io"].productName
+	// == "NVIDIA H200"); only with deviceClassName.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:MinLength=1
+	Selectors []string `json:"selectors,omitempty"`
+
+	// Container names the container that receives the nvidia.com/gpu request
+	// (or, with deviceClassName, the claim);
 	// it must exist in the template (the operator fails the cluster with
 	// reason InvalidSpec otherwise: a schema rule over the containers list
 	// costs more than the API server allows). Defaults to the first container.

@@ -25,6 +25,14 @@ func WorkerPodName(cluster, group string, index int32) string {
 	return fmt.Sprintf("%s-%s-%d", cluster, group, index)
 }
 
+// GPUClaimTemplateName is the ResourceClaimTemplate of a group whose GPUs
+// come through DRA (gpus.deviceClassName): <cluster>-<group>-gpus.
+func GPUClaimTemplateName(cluster, group string) string { return cluster + "-" + group + "-gpus" }
+
+// GPUClaimName is the pod's claim (spec.resourceClaims[].name) and the
+// container's (resources.claims[].name) for its DRA GPUs.
+const GPUClaimName = "gpus"
+
 // HeadServiceName is the cluster's headless head Service: <cluster>-head.
 func HeadServiceName(cluster string) string { return cluster + "-head" }
 

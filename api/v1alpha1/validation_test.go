@@ -94,6 +94,18 @@ func TestGPUClusterValidation(t *testing.T) {
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs.WholeNode = true }},
 		{name: "gpus without a count", message: "gpus needs either perPod or wholeNode: true",
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs = &v1.GPURequest{Product: "NVIDIA-H100-80GB-HBM3"} }},
+		{name: "DRA GPUs", mutate: func(g *v1.GPUCluster) {
+			g.Spec.WorkerGroups[0].GPUs.DeviceClassName = "gpu.nvidia.com"
+			g.Spec.WorkerGroups[0].GPUs.Selectors = []string{`device.attributes["gpu.nvidia.com"].architecture == "Hopper"`}
+		}},
+		{name: "DRA GPUs for a whole node", message: "gpus.deviceClassName (DRA) needs perPod",
+			mutate: func(g *v1.GPUCluster) {
+				g.Spec.WorkerGroups[0].GPUs = &v1.GPURequest{WholeNode: true, DeviceClassName: "gpu.gpulab.io"}
+			}},
+		{name: "selectors without a DeviceClass", message: "gpus.selectors need gpus.deviceClassName",
+			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs.Selectors = []string{"true"} }},
+		{name: "a DeviceClass name with capitals", message: "deviceClassName in body should match",
+			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].GPUs.DeviceClassName = "GPU.example" }},
 		{name: "negative replicas", message: "replicas in body should be greater than or equal to 0",
 			mutate: func(g *v1.GPUCluster) { g.Spec.WorkerGroups[0].Replicas = -1 }},
 		{name: "negative minReplicas", message: "minReplicas in body should be greater than or equal to 0",

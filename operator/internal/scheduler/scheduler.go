@@ -10,6 +10,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,6 +56,23 @@ type Coverage struct {
 	Complete bool
 	// Reason and Message are the condition's.
 	Reason, Message string
+}
+
+// ClaimedDevices names the cluster's groups whose GPUs come through DRA,
+// with each pod's count and DeviceClass ("workers: 4 of gpu.gpulab.io per
+// pod"); "" when none does.
+func ClaimedDevices(cluster *gpulabv1alpha1.GPUCluster) string {
+	var out []string
+	add := func(group string, r *gpulabv1alpha1.GPURequest) {
+		if r != nil && r.DeviceClassName != "" && r.PerPod != nil {
+			out = append(out, fmt.Sprintf("%s: %d of %s per pod", group, *r.PerPod, r.DeviceClassName))
+		}
+	}
+	add(gpulabv1alpha1.HeadGroupName, cluster.Spec.Head.GPUs)
+	for i := range cluster.Spec.WorkerGroups {
+		add(cluster.Spec.WorkerGroups[i].Name, cluster.Spec.WorkerGroups[i].GPUs)
+	}
+	return strings.Join(out, "; ")
 }
 
 // Backend places a cluster's pods as one unit, or not at all.

@@ -120,7 +120,14 @@ func (Volcano) Release(ctx context.Context, c client.Client, cluster *gpulabv1al
 
 // Coverage implements Backend: a Volcano PodGroup carries the whole gang
 // policy.
-func (Volcano) Coverage(*gpulabv1alpha1.GPUCluster, sizing.GangSize) Coverage {
+func (Volcano) Coverage(cluster *gpulabv1alpha1.GPUCluster, _ sizing.GangSize) Coverage {
+	if claimed := ClaimedDevices(cluster); claimed != "" {
+		// v1.15 reads deviceclass/<class> keys in minResources; the
+		// versions gpulab builds (v1.14.1, v1.10.0) read none.
+		return Coverage{Reason: gpulabv1alpha1.ReasonGangPolicyPartial,
+			Message: "the Volcano PodGroup carries minMember, minTaskMember, minResources, queue and priorityClassName, but minResources leaves out the GPUs claimed through DRA by " +
+				claimed + ": Volcano before v1.15 cannot count claimed devices; the pods still bind all-or-nothing (minMember)"}
+	}
 	return Coverage{Complete: true, Reason: gpulabv1alpha1.ReasonGangPolicyExpressed,
 		Message: "the Volcano PodGroup carries minMember, minTaskMember, minResources, queue and priorityClassName"}
 }

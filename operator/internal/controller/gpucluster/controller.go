@@ -66,6 +66,7 @@ const recheckCapacity = 30 * time.Second
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configures the reconciler. Zero values take the defaults noted.
@@ -400,6 +401,9 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 		return r.suspend(ctx, s)
 	}
 	if err := r.reconcileService(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileClaimTemplates(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !s.desired.verdict.Fits {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -33,7 +34,9 @@ type desiredState struct {
 	groups  []group
 	pods    map[string]*corev1.Pod // by name
 	service *corev1.Service
-	gang    sizing.GangSize
+	// claimTemplates are the DRA groups' ResourceClaimTemplates.
+	claimTemplates []*resourceapi.ResourceClaimTemplate
+	gang           sizing.GangSize
 	// coverage is what the scheduler's gang object makes of gang.
 	coverage scheduler.Coverage
 	verdict  capacity.Verdict
@@ -93,6 +96,9 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, fleet []capacity.Node, ove
 		}
 		if sample == nil {
 			sample = buildPod(cluster, g, 0, gang)
+		}
+		if g.gpus != nil && g.gpus.DeviceClassName != "" {
+			d.claimTemplates = append(d.claimTemplates, buildClaimTemplate(cluster, g))
 		}
 		sample = withOverhead(sample, overheads)
 		members = append(members, sizing.Member{Task: g.name, Pod: sample, Min: g.min, Count: g.replicas})
@@ -217,7 +223,11 @@ func buildPod(cluster *gpulabv1alpha1.GPUCluster, g *group, index int32, gang sc
 	for i := range pod.Spec.Containers {
 		pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, env...)
 	}
-	if g.gpus != nil {
+	switch {
+	case g.gpus != nil && g.gpus.DeviceClassName != "":
+		addGPUClaim(pod, g.gpus.Container, gpulabv1alpha1.GPUClaimTemplateName(cluster.Name, g.name))
+		addGPUAffinity(pod, g.gpus)
+	case g.gpus != nil:
 		addGPURequest(pod, g.gpus.Container, g.gpusPerPod)
 		addGPUAffinity(pod, g.gpus)
 	}
@@ -251,6 +261,40 @@ func addGPURequest(pod *corev1.Pod, container string, n int32) {
 	}
 	target.Resources.Requests[gfd.GPUResource] = q
 	target.Resources.Limits[gfd.GPUResource] = q
+}
+
+// addGPUClaim gives the pod a claim from the group's ResourceClaimTemplate
+// and the named container (the first by default) its use.
+func addGPUClaim(pod *corev1.Pod, container, template string) {
+	if len(pod.Spec.Containers) == 0 {
+		return
+	}
+	target := &pod.Spec.Containers[0]
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == container {
+			target = &pod.Spec.Containers[i]
+		}
+	}
+	pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: gpulabv1alpha1.GPUClaimName, ResourceClaimTemplateName: &template})
+	target.Resources.Claims = append(target.Resources.Claims, corev1.ResourceClaim{Name: gpulabv1alpha1.GPUClaimName})
+}
+
+// buildClaimTemplate is a DRA group's ResourceClaimTemplate: exactly
+// perPod devices of its DeviceClass that pass its selectors, for each pod.
+func buildClaimTemplate(cluster *gpulabv1alpha1.GPUCluster, g *group) *resourceapi.ResourceClaimTemplate {
+	req := &resourceapi.ExactDeviceRequest{DeviceClassName: g.gpus.DeviceClassName,
+		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(g.gpusPerPod)}
+	for _, expr := range g.gpus.Selectors {
+		req.Selectors = append(req.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}})
+	}
+	return &resourceapi.ResourceClaimTemplate{
+		TypeMeta: metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: gpulabv1alpha1.GPUClaimTemplateName(cluster.Name, g.name),
+			Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster.Name, gpulabv1alpha1.GroupLabel: g.name}},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: gpulabv1alpha1.GPUClaimName, Exactly: req}},
+		}}},
+	}
 }
 
 // addGPUAffinity requires the GFD product and memory labels, ANDed into
