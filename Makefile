@@ -145,16 +145,17 @@ WORKLOAD          ?= gpucluster
 # Who gang-schedules the gpucluster workload: volcano or kubernetes
 # (kube-scheduler's own gangs; the local testbed turns the gate on).
 SCHEDULER         ?= volcano
+GPU_ALLOCATION    ?= extended-resource
 
 # PROFILE=kind runs it on a fresh kind cluster instead (Docker, root; the
 # node image is built first if missing: `make kind-image`).
 PROFILE           ?= local
 
 .PHONY: conformance
-conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes) and print the report.
+conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes, GPU_ALLOCATION=extended-resource|dra) and print the report.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scheduler=$(SCHEDULER) --scale=$(CONFORMANCE_SCALE) \
+	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scheduler=$(SCHEDULER) --gpu-allocation=$(GPU_ALLOCATION) --scale=$(CONFORMANCE_SCALE) \
 		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS)
 
 NIGHTLY_RUNS     ?= 3

@@ -242,6 +242,9 @@ func storeResults(out string) error {
 func withSuiteVersion(e results.Environment) results.Environment {
 	v := version.Get()
 	e.SuiteVersion, e.SuiteCommit, e.Workload = v.Version, v.Commit, opts.Workload
+	if opts.GPUAllocation != "extended-resource" {
+		e.GPUAllocation = opts.GPUAllocation
+	}
 	if opts.Scheduler == "kubernetes" {
 		e.Scheduler, e.SchedulerVersion = opts.Scheduler, e.KubernetesVersion
 	}

@@ -109,6 +109,9 @@ func (gpuClusters) build(name string, groups []workerGroup) client.Object {
 		wg := gpulabv1alpha1.WorkerGroupSpec{Name: g.name, Replicas: g.n, Template: podTemplate("worker", 0)}
 		if g.gpus > 0 {
 			wg.GPUs = &gpulabv1alpha1.GPURequest{PerPod: new(g.gpus)}
+			if opts.GPUAllocation == "dra" {
+				wg.GPUs.DeviceClassName = opts.DeviceClass
+			}
 		}
 		gc.Spec.WorkerGroups = append(gc.Spec.WorkerGroups, wg)
 	}

@@ -54,7 +54,10 @@ type RunOptions struct {
 	Scheduler string
 	// DeviceClass is the DRA DeviceClass of GPUs the dra feature claims
 	// from: gpulab's agent's, or NVIDIA's gpu.nvidia.com.
-	DeviceClass                                string
+	DeviceClass string
+	// GPUAllocation is how the gangs ask for GPUs: extended-resource
+	// (nvidia.com/gpu) or dra (a claim per pod for DeviceClass).
+	GPUAllocation                              string
 	Features, SkipFeatures, Assess, SkipAssess string
 	Scale                                      int
 	WaitWindow, ReadyTimeout                   time.Duration
@@ -138,6 +141,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"footprint", "disruptive", "allow actions beyond the run's own objects: force-deleting the operator's leader pod (default on for local and kind, off for cluster)", boolean(&o.Disruptive)},
 		{"what to test", "scheduler", "who gang-schedules the gpucluster workload: volcano (Volcano PodGroups) or kubernetes (kube-scheduler's own gang scheduling, scheduling.k8s.io PodGroups; the local testbed then turns the GenericWorkload gate on)", str(&o.Scheduler, "volcano")},
 		{"what to test", "device-class", "DeviceClass of GPUs the dra feature claims (Dynamic Resource Allocation): gpu.gpulab.io (gpulab's agent) or gpu.nvidia.com (NVIDIA's DRA driver)", str(&o.DeviceClass, "gpu.gpulab.io")},
+		{"what to test", "gpu-allocation", "how the gangs ask for their GPUs: extended-resource (nvidia.com/gpu) or dra (each pod claims its GPUs from --device-class through Dynamic Resource Allocation; --workload=gpucluster)", str(&o.GPUAllocation, "extended-resource")},
 		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay), vcjob (Volcano Job) or bare (the suite creates what gpulab's operator would, with no operator: the floor)", str(&o.Workload, "gpucluster")},
 		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},
 		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
@@ -293,6 +297,12 @@ func (o *RunOptions) validate(set map[string]bool) error {
 		return fmt.Errorf("--scheduler=%q: want volcano or kubernetes", o.Scheduler)
 	case o.Scheduler == "kubernetes" && o.Workload != "gpucluster":
 		return fmt.Errorf("--scheduler=kubernetes gang-schedules gpulab's GPUClusters only, not --workload=%s", o.Workload)
+	}
+	switch {
+	case o.GPUAllocation != "extended-resource" && o.GPUAllocation != "dra":
+		return fmt.Errorf("--gpu-allocation=%q: want extended-resource or dra", o.GPUAllocation)
+	case o.GPUAllocation == "dra" && o.Workload != "gpucluster":
+		return fmt.Errorf("--gpu-allocation=dra claims GPUs for gpulab's GPUClusters only, not --workload=%s", o.Workload)
 	}
 	if msgs := validation.IsDNS1123Subdomain(o.DeviceClass); len(msgs) > 0 {
 		return fmt.Errorf("--device-class=%q: not a DeviceClass name: %s", o.DeviceClass, strings.Join(msgs, "; "))

@@ -95,6 +95,15 @@ const SchedulerVolcano = "volcano"
 
 // SchedulerName is who gang-scheduled; results from before the field were
 // all Volcano.
+// GPUAllocationName is how the run's gangs asked for GPUs; runs from
+// before the choice used the extended resource.
+func (e Environment) GPUAllocationName() string {
+	if e.GPUAllocation == "" {
+		return "extended-resource"
+	}
+	return e.GPUAllocation
+}
+
 func (e Environment) SchedulerName() string {
 	if e.Scheduler == "" {
 		return SchedulerVolcano

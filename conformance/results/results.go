@@ -83,6 +83,10 @@ type Environment struct {
 	// version where known.
 	Scheduler        string `json:"scheduler,omitempty"`
 	SchedulerVersion string `json:"schedulerVersion,omitempty"`
+	// GPUAllocation is dra when the gangs claimed their GPUs through
+	// Dynamic Resource Allocation (empty: nvidia.com/gpu;
+	// GPUAllocationName).
+	GPUAllocation string `json:"gpuAllocation,omitempty"`
 	// Host is the machine the suite ran on (zero in results written before
 	// it was recorded). With Scale, Workload, Profile and Scheduler it
 	// decides which runs compare may compare.

@@ -128,6 +128,7 @@ var comparableFields = []struct {
 	{"workload", Environment.WorkloadName},
 	{"scale N", func(e Environment) string { return fmt.Sprint(e.Scale) }},
 	{"scheduler", Environment.SchedulerName},
+	{"GPU allocation", Environment.GPUAllocationName},
 	{"host CPUs", func(e Environment) string {
 		return hostValue(e.Host, func(h Host) string { return fmt.Sprint(h.CPUs) })
 	}},

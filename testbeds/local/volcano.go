@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +35,12 @@ tiers:
       binpack.resources: nvidia.com/gpu
       binpack.resources.nvidia.com/gpu: 2
 `
+
+// volcanoSchedulerConfDRA is the configuration with the predicates
+// plugin's Dynamic Resource Allocation on, so Volcano allocates the
+// ResourceClaims of the pods it places (v1.14 and later).
+var volcanoSchedulerConfDRA = strings.Replace(volcanoSchedulerConf, "  - name: predicates\n",
+	"  - name: predicates\n    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n", 1)
 
 // volcanoRelease is how the testbed runs one Volcano version. What it
 // installs and passes comes from the module version that is built, so the
@@ -68,7 +75,7 @@ var volcanoReleases = map[string]volcanoRelease{
 	},
 	"v1.14.1": {
 		crdDirs:       []string{"config/crd/volcano/bases", "config/crd/jobflow/bases"},
-		schedulerConf: volcanoSchedulerConf,
+		schedulerConf: volcanoSchedulerConfDRA,
 		controllers:   "pg-controller,queue-controller,job-controller",
 		// A configuration the scheduler cannot read or parse stops it,
 		// instead of it scheduling with Volcano's built-in tiers (no

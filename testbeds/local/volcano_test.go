@@ -253,3 +253,15 @@ func sourceText(t *testing.T, dir string) string {
 	}
 	return b.String()
 }
+
+// Volcano v1.14 allocates the ResourceClaims of the pods it places; v1.10,
+// whose DRA was the withdrawn classic API, is not asked to.
+func TestVolcanoAllocatesClaimsFromV114(t *testing.T) {
+	const arg = "  - name: predicates\n    arguments:\n      predicate.DynamicResourceAllocationEnable: true\n"
+	if !strings.Contains(volcanoReleases["v1.14.1"].schedulerConf, arg) {
+		t.Errorf("v1.14.1's scheduler configuration does not turn DRA on:\n%s", volcanoReleases["v1.14.1"].schedulerConf)
+	}
+	if strings.Contains(volcanoReleases["v1.10.0"].schedulerConf, "DynamicResourceAllocation") {
+		t.Error("v1.10.0's scheduler configuration turns DRA on")
+	}
+}
