@@ -244,10 +244,14 @@ func (s *scenario) draPod(ctx context.Context, name string, count int, nodes ...
 	spec := podTemplate("dra", 0).Spec
 	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &tmpl.Name}}
 	spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	// A node-name field selector takes one value: one term (ORed) a node.
+	terms := make([]corev1.NodeSelectorTerm, 0, len(nodes))
+	for _, n := range nodes {
+		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}})
+	}
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: nodes}},
-		}}},
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
 	}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: runLabels()}, Spec: spec}
 	if err := s.add(ctx, pod); err != nil {
