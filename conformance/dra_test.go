@@ -233,6 +233,17 @@ func checkNoSharedDevices(ctx context.Context, t *testing.T) {
 // The default scheduler places it and allocates the claim.
 func (s *scenario) draPod(ctx context.Context, name string, count int, nodes ...string) *corev1.Pod {
 	s.t.Helper()
+	pod := s.draPodFor(ctx, name, count, nodes...)
+	if err := s.add(ctx, pod); err != nil {
+		fatalf(s.t, "creating pod %s: %v", name, err)
+	}
+	return pod
+}
+
+// draPodFor creates draPod's ResourceClaimTemplate and returns its pod,
+// not yet created.
+func (s *scenario) draPodFor(ctx context.Context, name string, count int, nodes ...string) *corev1.Pod {
+	s.t.Helper()
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
@@ -253,11 +264,34 @@ func (s *scenario) draPod(ctx context.Context, name string, count int, nodes ...
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
 	}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: runLabels()}, Spec: spec}
-	if err := s.add(ctx, pod); err != nil {
-		fatalf(s.t, "creating pod %s: %v", name, err)
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: runLabels()}, Spec: spec}
+}
+
+// draHeld is how many devices of --device-class claims hold on each node:
+// with --gpu-allocation=dra the gangs' GPUs, which no pod requests as
+// nvidia.com/gpu.
+func draHeld(ctx context.Context, c client.Client) (map[string]int64, error) {
+	pools, err := dra.ClassPools(ctx, c, opts.DeviceClass)
+	if err != nil {
+		return nil, err
 	}
-	return pod
+	node := map[[2]string]string{}
+	for _, p := range pools {
+		node[[2]string{p.Driver, p.Name}] = p.Node
+	}
+	var claims resourceapi.ResourceClaimList
+	if err := c.List(ctx, &claims); err != nil {
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	held := map[string]int64{}
+	for _, devs := range dra.Allocated(claims.Items) {
+		for _, d := range devs {
+			if n, ok := node[[2]string{d.Driver, d.Pool}]; ok {
+				held[n]++
+			}
+		}
+	}
+	return held, nil
 }
 
 // draClaimOf is the claim generated for pod's template, nil before the

@@ -69,6 +69,15 @@ func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 	for i := range pods.Items {
 		used[pods.Items[i].Spec.NodeName] += footprint.BoundGPUs(&pods.Items[i])
 	}
+	if opts.GPUAllocation == "dra" {
+		held, err := draHeld(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		for n, k := range held {
+			used[n] += k
+		}
+	}
 	var rooms []footprint.Node
 	for _, n := range nodes.Items {
 		alloc := n.Status.Allocatable[gfd.GPUResource]

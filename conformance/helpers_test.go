@@ -344,8 +344,12 @@ func (s *scenario) fillNode(ctx context.Context) string {
 		skipf(s.t, "no whole free node in the footprint to fill")
 	}
 	tmpl := podTemplate("filler", int32(node.GPUs))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Labels: tmpl.Labels,
-		Annotations: map[string]string{schedulingv1beta1.QueueNameAnnotationKey: fp.queue}}, Spec: tmpl.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Labels: tmpl.Labels}, Spec: tmpl.Spec}
+	if opts.GPUAllocation == "dra" {
+		// The node's GPUs held the way the gangs ask for them: a claim.
+		pod = s.draPodFor(ctx, "filler", node.GPUs, node.Name)
+	}
+	pod.Annotations = map[string]string{schedulingv1beta1.QueueNameAnnotationKey: fp.queue}
 	pod.Spec.SchedulerName = "volcano"
 	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
