@@ -164,8 +164,17 @@ func createNodes(ctx context.Context, c client.Client, nodes []*corev1.Node) err
 
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 
-// nodeReady says whether a node's Ready condition is True.
+// nodeReady says whether a node's Ready condition is True and the node
+// lifecycle controller has lifted its not-ready and unreachable taints,
+// which it does a moment after (seconds later on a loaded machine): until
+// then no pod is placed there, and the suite leaves the node out of its
+// footprint.
 func nodeReady(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
