@@ -20,6 +20,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -131,30 +134,66 @@ func Resources(node string, st *v1alpha1.GPUInventoryStatus) *resourceslice.Driv
 // Publisher keeps one node's pool published.
 type Publisher struct {
 	node string
+	mu   sync.Mutex
 	ctrl *resourceslice.Controller
+	// last is the newest Update, applied once ctrl has started.
+	last    *v1alpha1.GPUInventoryStatus
+	stopped bool
 }
 
 // Start publishes node's pool, empty until the first Update, in slices
 // owned by the Node (the garbage collector removes them with it) until
-// ctx is done or Stop.
-func Start(ctx context.Context, kube kubernetes.Interface, driver, node string) (*Publisher, error) {
-	ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
-		DriverName: driver,
-		KubeClient: kube,
-		Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: node},
-		Resources:  Resources(node, nil),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("publishing node %s's DRA devices: %w", node, err)
-	}
-	return &Publisher{node: node, ctrl: ctrl}, nil
+// ctx is done or Stop. The controller starts in the background: its start
+// waits for its first list of slices, and a simulator starting hundreds of
+// nodes must not wait for each in turn. Updates made meanwhile are kept
+// and the last one published once it runs; a start that fails is logged
+// and retried by nothing (the agent restarts).
+func Start(ctx context.Context, kube kubernetes.Interface, driver, node string, log logr.Logger) *Publisher {
+	p := &Publisher{node: node}
+	go func() {
+		ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
+			DriverName: driver,
+			KubeClient: kube,
+			Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: node},
+			Resources:  Resources(node, nil),
+		})
+		if err != nil {
+			log.Error(err, "cannot publish the node's DRA devices", "node", node, "driver", driver)
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.stopped {
+			ctrl.Stop()
+			return
+		}
+		p.ctrl = ctrl
+		if p.last != nil {
+			ctrl.Update(Resources(node, p.last))
+		}
+	}()
+	return p
 }
 
 // Update publishes the devices of a scan's inventory.
-func (p *Publisher) Update(st *v1alpha1.GPUInventoryStatus) { p.ctrl.Update(Resources(p.node, st)) }
+func (p *Publisher) Update(st *v1alpha1.GPUInventoryStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = st
+	if p.ctrl != nil {
+		p.ctrl.Update(Resources(p.node, st))
+	}
+}
 
 // Stop stops publishing; the slices stay until their Node goes.
-func (p *Publisher) Stop() { p.ctrl.Stop() }
+func (p *Publisher) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	if p.ctrl != nil {
+		p.ctrl.Stop()
+	}
+}
 
 // DeviceClass selects every full GPU of driver, as NVIDIA's gpu.nvidia.com
 // class selects its own: claims ask for it by the driver's name.

@@ -205,10 +205,7 @@ func (s *simulator) start(ctx context.Context, name, profile string) (*simNode, 
 	nctx, cancel := context.WithCancel(ctx)
 	var slices *dra.Publisher
 	if s.kube != nil {
-		if slices, err = dra.Start(nctx, s.kube, s.opts.DRADriver, name); err != nil {
-			cancel()
-			return nil, err
-		}
+		slices = dra.Start(nctx, s.kube, s.opts.DRADriver, name, s.log)
 	}
 	a, err := agent.New(b, agent.Options{
 		NodeName: name, Interval: s.opts.Interval, IgnoredXIDs: s.opts.IgnoredXIDs,
