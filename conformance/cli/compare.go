@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ func compareCommand(args []string, stdout, stderr io.Writer) int {
 	resamples := fs.Int("resamples", results.DefaultResamples, "bootstrap resamples (the seed is fixed, so a comparison repeats exactly)")
 	noiseS := fs.Float64("noise-seconds", 0.05, "absolute change of the median in seconds always tolerated")
 	noiseN := fs.Float64("noise-count", 1, "absolute change of the median in other units always tolerated")
+	gate := fs.String("gate", "", "`REGEXP` of the measurements (feature/name) whose regression fails the comparison; the others are shown, not gated (default: every measurement)")
 	allowMissing := fs.Bool("allow-missing", false, "let baseline measurements, features and assessments be absent from the current runs")
 	allowDifferent := fs.Bool("allow-different", false, "compare runs that differ in scale, workload, profile, scheduler or host class (between the sides or within one)")
 	positional, code, ok := parseInterspersed(fs, args)
@@ -51,6 +53,12 @@ func compareCommand(args []string, stdout, stderr io.Writer) int {
 		AllowMissing: *allowMissing, AllowDifferent: *allowDifferent,
 	}
 	var err error
+	if *gate != "" {
+		if opts.Gate, err = regexp.Compile(*gate); err != nil {
+			fmt.Fprintf(stderr, "--gate: %v\n", err)
+			return results.ExitUsage
+		}
+	}
 	effectFlag, effect := "--min-effect", *minEffect
 	if *maxReg != "" {
 		if isFlagSet(fs, "min-effect") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,6 +47,12 @@ type CompareOptions struct {
 	// every other unit. Default 0.
 	NoiseSeconds float64
 	NoiseCount   float64
+	// Gate, when set, names the measurements (by key, "feature/name")
+	// whose regression fails the comparison; the others are still
+	// compared and shown, marked not gated. Each gated measurement is
+	// another chance of a false alarm: at 3 runs a side, the interval
+	// excludes 0 for an unchanged measurement about 1 time in 20.
+	Gate *regexp.Regexp
 	// AllowMissing lets baseline measurements, features and assessments be
 	// absent from current (a run that chose fewer features). Otherwise each
 	// absence fails the comparison: a run that stopped measuring something
@@ -115,6 +122,9 @@ type Row struct {
 	// Regressed and Missing repeat the verdict for callers that only ask
 	// those two questions.
 	Regressed, Missing bool
+	// Gated says a regression of this row fails the comparison
+	// (CompareOptions.Gate).
+	Gated bool
 }
 
 // Interval is the row's interval as "[+3.0%, +41.0%]", or why there is
@@ -186,8 +196,16 @@ type Comparison struct {
 	AllowMissing bool
 }
 
-// Regressions counts the measurements that regressed.
-func (c Comparison) Regressions() int { return c.count(RowRegressed) }
+// Regressions counts the gated measurements that regressed.
+func (c Comparison) Regressions() int {
+	n := 0
+	for _, r := range c.Rows {
+		if r.Verdict == RowRegressed && r.Gated {
+			n++
+		}
+	}
+	return n
+}
 
 func (c Comparison) count(v RowVerdict) int {
 	n := 0
@@ -360,7 +378,8 @@ func compareMeasurements(baseline, current []Run, stat func(Measurement) float64
 	var rows []Row
 	for key, b := range base {
 		m := first[key]
-		row := Row{Key: key, Unit: m.Unit, HigherIsBetter: HigherIsBetter(m.Unit), BaselineRuns: len(b), MinEffect: opts.MinEffect}
+		row := Row{Key: key, Unit: m.Unit, HigherIsBetter: HigherIsBetter(m.Unit), BaselineRuns: len(b), MinEffect: opts.MinEffect,
+			Gated: opts.Gate == nil || opts.Gate.MatchString(key)}
 		if v, ok := opts.MinEffectFor[key]; ok {
 			row.MinEffect = v
 		}
@@ -479,8 +498,11 @@ func PrintComparison(w io.Writer, c Comparison) (failed bool) {
 			continue
 		}
 		verdict := string(r.Verdict)
-		if r.Verdict == RowRegressed {
+		switch {
+		case r.Verdict == RowRegressed && r.Gated:
 			verdict = "REGRESSION"
+		case r.Verdict == RowRegressed:
+			verdict = "regressed (not gated)"
 		}
 		if r.Note != "" {
 			verdict += " (" + r.Note + ")"

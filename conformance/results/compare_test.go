@@ -323,6 +323,16 @@ func TestCompareRunsVerdicts(t *testing.T) {
 			opts: CompareOptions{MinEffect: 0.15}, want: RowRegressed, wantInterval: "no interval (1 baseline run)", wantFailed: true,
 		},
 		{
+			name:     "the clear +50% of a measurement the gate leaves out: shown, not failing",
+			baseline: []float64{10, 10.2, 9.9}, current: []float64{15, 15.3, 14.8},
+			opts: CompareOptions{MinEffect: 0.15, Gate: regexp.MustCompile(`^latency/other$`)}, want: RowRegressed,
+		},
+		{
+			name:     "the clear +50% of a gated measurement",
+			baseline: []float64{10, 10.2, 9.9}, current: []float64{15, 15.3, 14.8},
+			opts: CompareOptions{MinEffect: 0.15, Gate: regexp.MustCompile(`^latency/ready$`)}, want: RowRegressed, wantFailed: true,
+		},
+		{
 			name:     "a clear +50% within the noise floor",
 			baseline: []float64{0.010, 0.0102, 0.0099}, current: []float64{0.015, 0.0153, 0.0148},
 			opts: CompareOptions{MinEffect: 0.15, NoiseSeconds: 0.05}, want: RowUnchanged,
