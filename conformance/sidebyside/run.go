@@ -138,33 +138,47 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 		"gpucluster": op.MetricsURL(),
 		"raycluster": "http://127.0.0.1:" + strconv.Itoa(st.Ports.KubeRayMetrics) + "/metrics",
 	}
+	runs, err := inRounds(opts.Rounds, opts.NoWarmUp, Workloads, func(name, w string) (*results.Results, error) {
+		dir := filepath.Join(out, name)
+		fmt.Fprintf(opts.Log, "side by side: N=%d, %s, %s\n", n, strings.ReplaceAll(name, "-"+w, ""), w)
+		cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: w, Scale: n,
+			OperatorMetricsURL: metrics[w], Out: dir, ClusterName: opts.TestbedName}.Command(ctx)
+		cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+		runErr := cmd.Run()
+		r, err := results.Read(filepath.Join(dir, "results.json"))
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("at %d gangs, %s: %w", n, name, runErr), err)
+		}
+		return r, nil
+	})
+	return runs, len(fleet.Nodes()), err
+}
+
+// inRounds runs every side once a round, in Order, after an uncounted
+// warm-up round unless noWarmUp; run names each run "warm-up-<side>" or
+// "round-<n>-<side>". It returns the counted runs by side.
+func inRounds(rounds int, noWarmUp bool, sides []string, run func(name, side string) (*results.Results, error)) (map[string][]*results.Results, error) {
 	runs := map[string][]*results.Results{}
 	first := 0 // round 0 is the warm-up
-	if opts.NoWarmUp {
+	if noWarmUp {
 		first = 1
 	}
-	for round := first; round <= opts.Rounds; round++ {
-		for _, w := range Order(round, Workloads) {
-			name := fmt.Sprintf("round-%d-%s", round, w)
+	for round := first; round <= rounds; round++ {
+		for _, side := range Order(round, sides) {
+			name := fmt.Sprintf("round-%d-%s", round, side)
 			if round == 0 {
-				name = "warm-up-" + w
+				name = "warm-up-" + side
 			}
-			dir := filepath.Join(out, name)
-			fmt.Fprintf(opts.Log, "side by side: N=%d, %s, %s\n", n, strings.ReplaceAll(name, "-"+w, ""), w)
-			cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: w, Scale: n,
-				OperatorMetricsURL: metrics[w], Out: dir, ClusterName: opts.TestbedName}.Command(ctx)
-			cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
-			runErr := cmd.Run()
-			r, err := results.Read(filepath.Join(dir, "results.json"))
+			r, err := run(name, side)
 			if err != nil {
-				return nil, 0, errors.Join(fmt.Errorf("at %d gangs, %s: %w", n, name, runErr), err)
+				return nil, err
 			}
 			if round > 0 {
-				runs[w] = append(runs[w], r)
+				runs[side] = append(runs[side], r)
 			}
 		}
 	}
-	return runs, len(fleet.Nodes()), nil
+	return runs, nil
 }
 
 // Order is round's order of the sides: rotated by one each round, so each

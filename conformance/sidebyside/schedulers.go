@@ -166,25 +166,15 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 	for i, s := range sides {
 		keys[i], byKey[s.key] = s.key, s
 	}
-	runs := map[string][]*results.Results{}
-	first := 0 // round 0 is the warm-up
-	if opts.NoWarmUp {
-		first = 1
-	}
-	for round := first; round <= opts.Rounds; round++ {
-		for _, key := range Order(round, keys) {
-			name := fmt.Sprintf("round-%d-%s", round, key)
-			if round == 0 {
-				name = "warm-up-" + key
-			}
-			r, err := runSchedulerSide(ctx, opts, byKey[key], filepath.Join(opts.Out, name))
-			if err != nil {
-				return "", fmt.Errorf("%s: %w", name, err)
-			}
-			if round > 0 {
-				runs[key] = append(runs[key], r)
-			}
+	runs, err := inRounds(opts.Rounds, opts.NoWarmUp, keys, func(name, key string) (*results.Results, error) {
+		r, err := runSchedulerSide(ctx, opts, byKey[key], filepath.Join(opts.Out, name))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
+		return r, nil
+	})
+	if err != nil {
+		return "", err
 	}
 	table := Schedulers(opts.VolcanoVersions)
 	rows := table.Rows(runs)
