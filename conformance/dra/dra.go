@@ -45,7 +45,7 @@ func ClassPools(ctx context.Context, c client.Reader, class string) ([]Pool, err
 		}
 		r := draCEL.GetCompiler(draCEL.Features{}).CompileCELExpression(s.CEL.Expression, draCEL.Options{})
 		if r.Error != nil {
-			return nil, fmt.Errorf("DeviceClass %s: selector %q: %v", class, s.CEL.Expression, r.Error)
+			return nil, fmt.Errorf("DeviceClass %s: selector %q: %w", class, s.CEL.Expression, r.Error)
 		}
 		progs = append(progs, r)
 	}

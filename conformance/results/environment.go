@@ -93,8 +93,6 @@ func procField(path, key string) string {
 // one: the only one before the Kubernetes backend.
 const SchedulerVolcano = "volcano"
 
-// SchedulerName is who gang-scheduled; results from before the field were
-// all Volcano.
 // GPUAllocationName is how the run's gangs asked for GPUs; runs from
 // before the choice used the extended resource.
 func (e Environment) GPUAllocationName() string {
@@ -104,6 +102,8 @@ func (e Environment) GPUAllocationName() string {
 	return e.GPUAllocation
 }
 
+// SchedulerName is who gang-scheduled; results from before the field were
+// all Volcano.
 func (e Environment) SchedulerName() string {
 	if e.Scheduler == "" {
 		return SchedulerVolcano

@@ -70,7 +70,7 @@ func (o *SchedulerOptions) defaults() error {
 			return err
 		}
 		if seen[r] {
-			return fmt.Errorf("Volcano %s is named twice", r)
+			return fmt.Errorf("volcano version %s is named twice", r)
 		}
 		seen[r], o.VolcanoVersions[i] = true, r
 	}

@@ -6,8 +6,10 @@
 #   node-agent/hack/device-check.sh [path/to/gpulab-agent]
 #
 # It prints both views, then compares index, UUID, product name, memory
-# (MiB), PCI bus id and compute capability per GPU. Exit codes: 0 agree,
-# 1 disagree, 2 a tool is missing or failed.
+# (MiB), PCI bus id and compute capability per GPU, and checks that the
+# ResourceSlice DRA would be offered (inventory -o resourceslice) holds
+# one device per healthy GPU, by UUID. Exit codes: 0 agree, 1 disagree,
+# 2 a tool is missing or failed.
 set -euo pipefail
 
 agent=${1:-${GPULAB_AGENT:-./gpulab-agent}}
@@ -51,9 +53,25 @@ smi_rows() {
   }'
 }
 
+slice=$("$agent" inventory -o resourceslice --node-name="$(hostname)") || fail "gpulab-agent inventory -o resourceslice failed (exit $?)"
+echo "== gpulab-agent inventory -o resourceslice"
+echo "$slice"
+echo
+
+rc=0
 if diff -u --label nvidia-smi --label gpulab-agent <(smi_rows) <(agent_rows); then
   echo "device-check: gpulab-agent and nvidia-smi agree on $(smi_rows | wc -l) GPU(s)"
-  exit 0
+else
+  echo "device-check: gpulab-agent and nvidia-smi DISAGREE (diff above: - nvidia-smi, + gpulab-agent)" >&2
+  rc=1
 fi
-echo "device-check: gpulab-agent and nvidia-smi DISAGREE (diff above: - nvidia-smi, + gpulab-agent)" >&2
-exit 1
+# Each GPU's UUID appears once among the slice's device attributes.
+for uuid in $(smi_rows | cut -d'|' -f2); do
+  n=$(grep -c "string: $uuid\$" <<<"$slice" || true)
+  if [[ "$n" != 1 ]]; then
+    echo "device-check: GPU $uuid appears $n times in the ResourceSlice (want 1; an unhealthy GPU is left out)" >&2
+    rc=1
+  fi
+done
+((rc == 0)) && echo "device-check: the ResourceSlice offers each GPU once"
+exit "$rc"

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/node-agent/internal/cli"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
@@ -46,7 +49,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--simulate-testbed-nodes", "--node-name=a"}, "--node-name conflicts"},
 		{[]string{"--node-name=a", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
-		{[]string{"inventory", "-o", "xml"}, `-o="xml": want json, yaml or table`},
+		{[]string{"inventory", "-o", "xml"}, `-o="xml": want json, yaml, table or resourceslice`},
 		{[]string{"--node-name=a", "--metrics-format=prometheus"}, `--metrics-format="prometheus": want gpulab, dcgm or both`},
 		{[]string{"--node-name=a", "--device-plugin", "--advertise-capacity"}, "--advertise-capacity conflicts with --device-plugin"},
 		{[]string{"--simulate-testbed-nodes", "--device-plugin"}, "--device-plugin conflicts with --simulate-testbed-nodes"},
@@ -147,5 +150,19 @@ func TestInventoryMock(t *testing.T) {
 		if code != 0 || !strings.Contains(stdout, "NVIDIA A100-SXM4-40GB") {
 			t.Errorf("-o %s: exit %d\n%s", format, code, stdout)
 		}
+	}
+
+	// -o resourceslice: the node's pool, one healthy device per GPU.
+	code, stdout, stderr := run("inventory", "--nvml=mock:dgx-h200", "--node-name=gpu-1", "-o", "resourceslice")
+	var slice resourceapi.ResourceSlice
+	if err := yaml.Unmarshal([]byte(stdout), &slice); code != 0 || err != nil {
+		t.Fatalf("-o resourceslice: exit %d, %v, stderr %q", code, err, stderr)
+	}
+	if slice.Kind != "ResourceSlice" || slice.Spec.Driver != "gpu.gpulab.io" || slice.Spec.Pool.Name != "gpu-1" ||
+		slice.Spec.NodeName == nil || *slice.Spec.NodeName != "gpu-1" || len(slice.Spec.Devices) != 8 {
+		t.Fatalf("slice: %s driver %q pool %q devices %d", slice.Kind, slice.Spec.Driver, slice.Spec.Pool.Name, len(slice.Spec.Devices))
+	}
+	if uuid := slice.Spec.Devices[0].Attributes["uuid"].StringValue; uuid == nil || *uuid != a.Status.GPUs[0].UUID {
+		t.Errorf("device 0 uuid %v, want %s", uuid, a.Status.GPUs[0].UUID)
 	}
 }

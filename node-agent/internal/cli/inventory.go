@@ -11,17 +11,21 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/dra"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 )
 
-const inventoryUsage = `usage: gpulab-agent inventory [-o json|yaml|table] [flags]
+const inventoryUsage = `usage: gpulab-agent inventory [-o json|yaml|table|resourceslice] [flags]
 
 Reads this node's GPUs once over NVML, prints them as a GPUInventory and exits.
-It needs no Kubernetes.
+It needs no Kubernetes. -o resourceslice prints, in YAML, the ResourceSlice of
+gpu.gpulab.io devices Dynamic Resource Allocation would be offered for them.
 
 flags:
 `
@@ -32,8 +36,8 @@ func inventoryMain(_ context.Context, args []string, stdout, stderr io.Writer) i
 	var c common
 	c.register(fs)
 	var output string
-	fs.StringVar(&output, "o", "table", "output format: json, yaml or table")
-	fs.StringVar(&output, "output", "table", "output format: json, yaml or table")
+	fs.StringVar(&output, "o", "table", "output format: json, yaml, table or resourceslice")
+	fs.StringVar(&output, "output", "table", "output format: json, yaml, table or resourceslice")
 	fs.Usage = func() { fmt.Fprint(stderr, inventoryUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -42,8 +46,8 @@ func inventoryMain(_ context.Context, args []string, stdout, stderr io.Writer) i
 		return ExitUsage
 	}
 	err := c.validate(false)
-	if output != "json" && output != "yaml" && output != "table" {
-		err = errors.Join(err, fmt.Errorf("-o=%q: want json, yaml or table", output))
+	if output != "json" && output != "yaml" && output != "table" && output != "resourceslice" {
+		err = errors.Join(err, fmt.Errorf("-o=%q: want json, yaml, table or resourceslice", output))
 	}
 	if fs.NArg() > 0 {
 		err = errors.Join(err, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
@@ -84,12 +88,9 @@ func printInventory(w io.Writer, inv *v1alpha1.GPUInventory, format string) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(inv)
 	case "yaml":
-		b, err := yaml.Marshal(inv)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		return printYAML(w, inv)
+	case "resourceslice":
+		return printYAML(w, resourceSlice(inv))
 	}
 	st := &inv.Status
 	fmt.Fprintf(w, "Node: %s  Driver: %s  CUDA: %s  NVML: %s\n", inv.Name, orDash(st.DriverVersion), orDash(st.CUDADriverVersion), orDash(st.NVMLVersion))
@@ -131,6 +132,32 @@ func printInventory(w io.Writer, inv *v1alpha1.GPUInventory, format string) erro
 		}
 	}
 	return nil
+}
+
+func printYAML(w io.Writer, obj any) error {
+	b, err := yaml.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// resourceSlice is the one slice of the node's pool, as the DRA publisher
+// writes it, so an operator can read on a real GPU machine what claims'
+// CEL selectors would see.
+func resourceSlice(inv *v1alpha1.GPUInventory) *resourceapi.ResourceSlice {
+	node := inv.Name
+	return &resourceapi.ResourceSlice{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + dra.DefaultDriverName},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   dra.DefaultDriverName,
+			Pool:     resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &node,
+			Devices:  dra.Devices(&inv.Status),
+		},
+	}
 }
 
 func orDash(s string) string {
