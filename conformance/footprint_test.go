@@ -69,7 +69,7 @@ func nodeRooms(ctx context.Context, c client.Client) ([]footprint.Node, error) {
 	for i := range pods.Items {
 		used[pods.Items[i].Spec.NodeName] += footprint.BoundGPUs(&pods.Items[i])
 	}
-	if opts.GPUAllocation == "dra" {
+	if draMode() {
 		held, err := draHeld(ctx, c)
 		if err != nil {
 			return nil, err

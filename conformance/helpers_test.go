@@ -70,7 +70,7 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 		}
 	}
 	in := measure.RecorderInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns, Workload: workload().recorded(),
-		NativeGangs: nativeGangs()}
+		NativeGangs: nativeGangs(), Claims: draMode()}
 	if !s.ownNS {
 		// A shared namespace: judge only what this scenario made.
 		in.Follow = s.owns
@@ -345,7 +345,7 @@ func (s *scenario) fillNode(ctx context.Context) string {
 	}
 	tmpl := podTemplate("filler", int32(node.GPUs))
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Labels: tmpl.Labels}, Spec: tmpl.Spec}
-	if opts.GPUAllocation == "dra" {
+	if draMode() {
 		// The node's GPUs held the way the gangs ask for them: a claim.
 		pod = s.draPodFor(ctx, "filler", node.GPUs, node.Name)
 	}

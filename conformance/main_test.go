@@ -119,6 +119,9 @@ func TestMain(m *testing.M) {
 		fmt.Printf("run %s: everything it creates carries %s=%s (after a kill: gpulab-conformance cleanup --run-id %s)\n",
 			o.RunID, RunIDLabel, o.RunID, o.RunID)
 		run.Environment = withSuiteVersion(cluster.Describe(ctx, o.Scale, o.ClusterName))
+		if setupErr = startClaimWatch(ctx); setupErr != nil {
+			return ctx, setupErr
+		}
 		if setupErr = setupFootprint(ctx); setupErr != nil {
 			return ctx, setupErr
 		}
@@ -132,6 +135,9 @@ func TestMain(m *testing.M) {
 			mu.Lock()
 			stopped = context.Cause(ctx)
 			mu.Unlock()
+		}
+		if claimWatch != nil {
+			claimWatch.Stop()
 		}
 		if cluster != nil {
 			teardownErr = errors.Join(cleanupRun(context.WithoutCancel(ctx)), cluster.Teardown(context.WithoutCancel(ctx)))

@@ -170,6 +170,7 @@ func beforeFeature(ctx context.Context, _ *envconf.Config, _ *testing.T, f featu
 	mu.Lock()
 	defer mu.Unlock()
 	startFeature(f.Name(), f.Labels())
+	markClaims(f.Name())
 	return ctx, nil
 }
 
@@ -194,6 +195,9 @@ func afterFeature(ctx context.Context, cfg *envconf.Config, _ *testing.T, f feat
 			Name: step.Name(), Requirement: requirements[f.Name()][step.Name()], Status: results.StatusSkipped,
 			Reason: "not run: an earlier assessment of the feature failed and stopped it",
 		})
+	}
+	if a, ok := claimsVerdict(f.Name(), starts[f.Name()]); ok {
+		rec.Assessments = append(rec.Assessments, a)
 	}
 	return ctx, nil
 }

@@ -109,7 +109,7 @@ func (gpuClusters) build(name string, groups []workerGroup) client.Object {
 		wg := gpulabv1alpha1.WorkerGroupSpec{Name: g.name, Replicas: g.n, Template: podTemplate("worker", 0)}
 		if g.gpus > 0 {
 			wg.GPUs = &gpulabv1alpha1.GPURequest{PerPod: new(g.gpus)}
-			if opts.GPUAllocation == "dra" {
+			if draMode() {
 				wg.GPUs.DeviceClassName = opts.DeviceClass
 			}
 		}
@@ -276,6 +276,9 @@ func (bareGangs) describe(ctx context.Context, s *scenario, name string) string 
 // nativeGangs says the run's gangs are kube-scheduler's own
 // (--scheduler=kubernetes).
 func nativeGangs() bool { return opts.Scheduler == "kubernetes" }
+
+// draMode says the gangs claim their GPUs through DRA (--gpu-allocation).
+func draMode() bool { return opts.GPUAllocation == "dra" }
 
 // nativePodGroupOf is the gang's scheduling.k8s.io PodGroup: the one
 // whose controller is the gang's object.

@@ -108,4 +108,5 @@ for ((k = 0; k < comparisons; k++)); do
   ((rc == 1)) && hits=$((hits + 1))
 done
 printf '\nnoise-check: pool %d unchanged + %d planted runs (delay %s, scale %d)\n' "$nu" "$np" "$delay" "$scale"
+printf 'compare flags: %s\n' "${compare_flags[*]:-(none)}"
 printf 'false alarms: %d of %d comparisons\npower: %d of %d comparisons flagged the planted slowdown\n' "$alarms" "$comparisons" "$hits" "$comparisons"

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,6 +44,10 @@ type Timeline struct {
 	PodsCreated time.Time // all desired pods created
 	AllBound    time.Time // all desired pods bound (PodScheduled)
 	PodsReady   time.Time // all desired pods Ready
+	// ClaimsAllocated is when every desired pod's ResourceClaims were
+	// first seen allocated (RecorderInput.Claims; watch receipt: the API
+	// records no allocation time unless DRADeviceBindingConditions is on).
+	ClaimsAllocated time.Time
 	StatusReady time.Time // status.phase Ready first seen
 	// WatchLag is the longest a milestone's watch receipt came after the
 	// server's own time for it could have been: the cross-check of the
@@ -107,6 +112,7 @@ type podState struct {
 	markedRV      int64
 	boundSeen     time.Time // receipt of the event that first showed it bound
 	bindRV        int64     // revision of that event
+	claims        []string  // its ResourceClaims, as its status names them
 }
 
 // podGroupLife is one PodGroup object's existence, in revisions.
@@ -153,6 +159,9 @@ type RecorderInput struct {
 	// (scheduling.k8s.io/v1beta1, kube-scheduler's gang scheduling) instead
 	// of Volcano's; pods join one by spec.schedulingGroup.
 	NativeGangs bool
+	// Claims follows the ResourceClaims of the gangs' pods (GPUs through
+	// DRA), for Timeline.ClaimsAllocated.
+	Claims bool
 	// Workload is the kind of gang followed. Default GPUClusters.
 	Workload Workload
 	// Follow says which gangs to record, by name. Nil follows every
@@ -178,6 +187,10 @@ type Recorder struct {
 	// live holds the UIDs of the live pods in each "cluster/group/index" slot.
 	live       map[string]map[string]bool
 	violations []Violation
+	// allocated is when each ResourceClaim was first seen allocated, and
+	// podGang the gang of each pod, by name: a claim's owner is its pod.
+	allocated map[string]time.Time
+	podGang   map[string]string
 	// The last revision each watch delivered: a watch delivers in revision
 	// order, so what it has shown of any earlier revision is final.
 	podRV, podGroupRV, clusterRV int64
@@ -207,7 +220,8 @@ func newRecorder(in RecorderInput) *Recorder {
 	if in.Workload == nil {
 		in.Workload = GPUClusters{}
 	}
-	return &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]map[string]bool{}, changed: make(chan struct{}), cancel: func() {}}
+	return &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]map[string]bool{},
+		allocated: map[string]time.Time{}, podGang: map[string]string{}, changed: make(chan struct{}), cancel: func() {}}
 }
 
 // Start begins watching; Stop ends it.
@@ -224,6 +238,9 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 		watched = append(watched, &k8sschedulingv1beta1.PodGroup{})
 	} else {
 		watched = append(watched, &schedulingv1beta1.PodGroup{})
+	}
+	if r.in.Claims {
+		watched = append(watched, &resourceapi.ResourceClaim{})
 	}
 	for _, obj := range watched {
 		inf, err := c.GetInformer(ctx, obj)
@@ -296,7 +313,16 @@ func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 	case *corev1.Pod:
 		r.podRV = max(r.podRV, rv)
 		if name := gangOf(obj, owner); follow(name) {
+			r.podGang[obj.Name] = name
 			r.observePod(name, r.timeline(name), obj, kind, rv, now)
+		}
+	case *resourceapi.ResourceClaim:
+		if _, seen := r.allocated[obj.Name]; seen || obj.Status.Allocation == nil || kind != added && kind != updated {
+			return
+		}
+		r.allocated[obj.Name] = now
+		if name, ok := r.podGang[gangOf(obj, "Pod")]; ok {
+			r.update(r.timeline(name), now)
 		}
 	default:
 		if !r.isWorkload(obj) {
@@ -387,6 +413,11 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 		s := &podState{uid: uid, slot: slot, bound: p.Spec.NodeName != "", ready: podReady(p), createdAt: p.CreationTimestamp.Time}
 		s.boundAt, s.readyAt = conditionTrueSince(p, corev1.PodScheduled), conditionTrueSince(p, corev1.PodReady)
 		s.unschedulable = unschedulableMark(p)
+		for _, c := range p.Status.ResourceClaimStatuses {
+			if c.ResourceClaimName != nil {
+				s.claims = append(s.claims, *c.ResourceClaimName)
+			}
+		}
 		prev := t.pods[p.Name]
 		if prev != nil && prev.uid != uid {
 			prev = nil
@@ -411,6 +442,34 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 		t.pods[p.Name] = s
 	}
 	r.update(t, now)
+}
+
+// allClaimsAllocated is when the last of the desired slots' claims was
+// seen allocated, or zero while one is not (or a pod names none yet).
+func (r *Recorder) allClaimsAllocated(t *Timeline) time.Time {
+	var last time.Time
+	slots := map[string]bool{}
+	for _, s := range t.pods {
+		if len(s.claims) == 0 {
+			continue
+		}
+		all := true
+		for _, c := range s.claims {
+			at, ok := r.allocated[c]
+			if !ok {
+				all = false
+				break
+			}
+			last = latest(last, at)
+		}
+		if all {
+			slots[s.slot] = true
+		}
+	}
+	if len(slots) < t.Desired {
+		return time.Time{}
+	}
+	return last
 }
 
 // update advances a cluster's milestones and the partial-binding detector.
@@ -463,6 +522,9 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 		for _, rv := range ready {
 			t.allReadyRV = max(t.allReadyRV, rv)
 		}
+	}
+	if r.in.Claims && t.ClaimsAllocated.IsZero() {
+		t.ClaimsAllocated = r.allClaimsAllocated(t)
 	}
 	if !t.PodsReady.IsZero() && t.StatusReady.IsZero() && readyIsPodsReady(r.in.Workload) {
 		t.StatusReady = t.PodsReady // no status to be Ready but the pods

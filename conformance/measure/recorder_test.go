@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	k8sschedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -456,5 +457,39 @@ func TestNativePodGroups(t *testing.T) {
 	wantViolation(t, violations(r, at(5*time.Second)), "early", "before its PodGroup")
 	if tl := r.Timelines()["ok"]; tl.PodGroup.IsZero() {
 		t.Error("the native PodGroup was not seen as the gang's")
+	}
+}
+
+// withClaim names the pod's generated ResourceClaim in its status.
+func withClaim(p *corev1.Pod, claim string) *corev1.Pod {
+	p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: "gpus", ResourceClaimName: &claim})
+	return p
+}
+
+// resourceClaim is pod's claim, allocated or not.
+func resourceClaim(name, pod string, allocated bool) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: ownedBy("Pod", pod)}}
+	if allocated {
+		c.Status.Allocation = &resourceapi.AllocationResult{}
+	}
+	return c
+}
+
+func TestClaimsAllocated(t *testing.T) {
+	r := withPodGroups(newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, Claims: true}), "g")
+	r.Expect("g", 2, t0)
+	// One claim is seen allocated before its pod names it, the other
+	// after; neither alone is the gang's.
+	r.event(resourceClaim("g-w-0-gpus-x", "g-w-0", true), added, at(1*time.Second))
+	r.event(withClaim(pod("g", "0", "a", "", 1), "g-w-0-gpus-x"), added, at(2*time.Second))
+	r.event(withClaim(pod("g", "1", "b", "", 2), "g-w-1-gpus-y"), added, at(2*time.Second))
+	r.event(resourceClaim("g-w-1-gpus-y", "g-w-1", false), added, at(2*time.Second))
+	if tl := r.Timelines()["g"]; !tl.ClaimsAllocated.IsZero() {
+		t.Fatalf("claims allocated at %v with one claim unallocated", tl.ClaimsAllocated)
+	}
+	r.event(resourceClaim("g-w-1-gpus-y", "g-w-1", true), updated, at(3*time.Second))
+	r.event(resourceClaim("g-w-1-gpus-y", "g-w-1", true), updated, at(4*time.Second)) // a later update
+	if tl := r.Timelines()["g"]; !tl.ClaimsAllocated.Equal(at(3 * time.Second)) {
+		t.Errorf("claims allocated at %v, want the second claim's first allocated receipt %v", tl.ClaimsAllocated, at(3*time.Second))
 	}
 }

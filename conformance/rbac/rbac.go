@@ -61,7 +61,7 @@ func Rules() []Rule {
 		{"ray.io", "rayclusters", manage, "the gangs of --workload=raycluster", nil},
 		{"resource.k8s.io", "deviceclasses", []string{"get"}, "the dra feature's --device-class and its selectors", nil},
 		{"resource.k8s.io", "resourceslices", []string{"list"}, "the devices the class selects, by node-local pool", nil},
-		{"resource.k8s.io", "resourceclaims", []string{"get", "list"}, "which devices claims hold: none may be held twice", nil},
+		{"resource.k8s.io", "resourceclaims", []string{"get", "list", "watch"}, "which devices claims hold: none may be held twice, watched the whole run", nil},
 		{"resource.k8s.io", "resourceclaimtemplates", manage, "the dra feature's claims, one template per pod", nil},
 		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves", nil},
 		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag", nil},

@@ -1,0 +1,58 @@
+package dra
+
+import (
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func claim(name string, devices ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: name, UID: types.UID("uid-" + name)}}
+	if len(devices) > 0 {
+		c.Status.Allocation = &resourceapi.AllocationResult{}
+		for _, d := range devices {
+			c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+				resourceapi.DeviceRequestAllocationResult{Request: "gpus", Driver: "gpu.gpulab.io", Pool: "node-1", Device: d})
+		}
+	}
+	return c
+}
+
+func TestWatchSharing(t *testing.T) {
+	w := NewWatch()
+	start := w.Mark()
+	w.Observe(claim("a"), false) // created, not yet allocated
+	w.Observe(claim("a", "gpu-0", "gpu-1"), false)
+	w.Observe(claim("a", "gpu-0", "gpu-1"), false) // an unrelated update
+	w.Observe(claim("b", "gpu-2"), false)
+	if n, shared := w.Since(start); n != 2 || len(shared) != 0 {
+		t.Fatalf("disjoint claims: %d allocations, shared %v", n, shared)
+	}
+
+	// a's pod is deleted: its devices go to c, first by deallocation, then
+	// by deletion of a claim that still held them.
+	w.Observe(claim("a"), false)
+	w.Observe(claim("c", "gpu-0"), false)
+	w.Observe(claim("b", "gpu-2"), true)
+	w.Observe(claim("d", "gpu-2", "gpu-3"), false)
+	mid := w.Mark()
+	if n, shared := w.Since(start); n != 4 || len(shared) != 0 {
+		t.Fatalf("released devices reused: %d allocations, shared %v", n, shared)
+	}
+
+	// e is handed gpu-3 while d holds it.
+	w.Observe(claim("e", "gpu-3"), false)
+	n, shared := w.Since(mid)
+	if n != 1 || len(shared) != 1 || !strings.Contains(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e while claim n/d held it") {
+		t.Fatalf("a device held twice: %d allocations, shared %v", n, shared)
+	}
+	// Once d is gone, e still holds gpu-3: f taking it is sharing with e.
+	w.Observe(claim("d"), true)
+	w.Observe(claim("f", "gpu-3"), false)
+	if _, shared := w.Since(mid); len(shared) != 2 || !strings.Contains(shared[1], "claim n/f while claim n/e held it") {
+		t.Errorf("f took gpu-3 while e held it: %v", shared)
+	}
+}
