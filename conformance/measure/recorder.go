@@ -48,7 +48,7 @@ type Timeline struct {
 	// first seen allocated (RecorderInput.Claims; watch receipt: the API
 	// records no allocation time unless DRADeviceBindingConditions is on).
 	ClaimsAllocated time.Time
-	StatusReady time.Time // status.phase Ready first seen
+	StatusReady     time.Time // status.phase Ready first seen
 	// WatchLag is the longest a milestone's watch receipt came after the
 	// server's own time for it could have been: the cross-check of the
 	// two clocks (zero when the watch kept within the second).
