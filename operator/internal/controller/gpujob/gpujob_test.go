@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -227,24 +228,55 @@ func TestCleanupPoliciesAndTTL(t *testing.T) {
 	keep.Spec.CleanupPolicy = gpulabv1alpha1.CleanupKeepCluster
 	suspend := newJob(ns, "nap")
 	suspend.Spec.CleanupPolicy = gpulabv1alpha1.CleanupSuspendCluster
-	ttl := newJob(ns, "brief")
-	ttl.Spec.TTLSecondsAfterFinished = new(int32(1))
-	for _, j := range []*gpulabv1alpha1.GPUJob{keep, suspend, ttl} {
+	for _, j := range []*gpulabv1alpha1.GPUJob{keep, suspend} {
 		if err := c.Create(context.Background(), j); err != nil {
 			t.Fatal(err)
 		}
 		finishSubmitter(t, c, waitSubmitter(t, c, ns, j.Name+"-submit-1"), true)
 		waitPhase(t, c, ns, j.Name, gpulabv1alpha1.JobSucceeded)
 	}
+	// A TTL of 0 deletes the job as soon as it finished: only a watch,
+	// which delivers every change in order, is sure to see it Succeeded
+	// first (a poll may find it gone already).
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	w, err := wc.Watch(ctx, &gpulabv1alpha1.GPUJobList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": "brief"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	ttl := newJob(ns, "brief")
+	ttl.Spec.TTLSecondsAfterFinished = new(int32(0))
+	if err := c.Create(context.Background(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	finishSubmitter(t, c, waitSubmitter(t, c, ns, "brief-submit-1"), true)
+	succeeded := false
+	for ev := range w.ResultChan() {
+		j, ok := ev.Object.(*gpulabv1alpha1.GPUJob)
+		if !ok {
+			t.Fatalf("watch: %v", ev.Object)
+		}
+		if ev.Type == watch.Deleted {
+			if !succeeded {
+				t.Fatalf("the TTL deleted the job before it was seen Succeeded (last phase %q)", j.Status.Phase)
+			}
+			break
+		}
+		succeeded = succeeded || j.Status.Phase == gpulabv1alpha1.JobSucceeded
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the TTL did not delete the job within %v (seen Succeeded: %v)", timeout, succeeded)
+	}
 	if gc := testutil.GetCluster(t, c, ns, "keep-1"); gc.Spec.Suspend {
 		t.Errorf("KeepCluster suspended the cluster")
 	}
 	testutil.Eventually(t, timeout, "SuspendCluster", func() (bool, string) {
 		return testutil.GetCluster(t, c, ns, "nap-1").Spec.Suspend, "not suspended"
-	})
-	testutil.Eventually(t, timeout, "TTL deletes the job", func() (bool, string) {
-		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "brief"}, &gpulabv1alpha1.GPUJob{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
 
