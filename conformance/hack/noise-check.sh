@@ -10,11 +10,16 @@
 # the machine hits both alike. Both use the same operator binary.
 #
 # The draw, fixed so that a rerun over the same pool gives the same table:
-#   false alarm k (k = 0..NOISE_COMPARISONS-1): baseline = unchanged runs
-#     6k, 6k+1, 6k+2; current = unchanged runs 6k+3, 6k+4, 6k+5 (mod the
-#     pool's size; six distinct runs each time);
-#   power k: baseline = unchanged runs 3k, 3k+1, 3k+2; current = planted
-#     runs 3k, 3k+1, 3k+2 (each mod its pool's size).
+# comparison k (k = 0..NOISE_COMPARISONS-1) shuffles each pool with awk's
+# generator seeded by k (unchanged) and 1000+k (planted; the same awk
+# gives the same order), then
+#   false alarm k: baseline = the first three unchanged runs, current = the
+#     next three (six distinct runs);
+#   power k: baseline = the first three unchanged runs, current = the first
+#     three planted runs.
+# Comparisons overlap in runs (a pool of 20 holds 3 disjoint 3-vs-3
+# pairs), so their verdicts are not independent; a small pool still gives
+# distinct comparisons instead of repeating the same few.
 # A comparison "flags" when compare exits 1 (a regression). Only runs that
 # passed enter the pool; the others are listed.
 #
@@ -93,17 +98,23 @@ draw() { # draw NAME BASE... -- CURRENT...
   return $rc
 }
 
+shuffled() { # shuffled SEED N: 0..N-1 in an order fixed by SEED
+  awk -v seed="$1" -v n="$2" 'BEGIN { srand(seed); for (i = 0; i < n; i++) a[i] = i
+    for (i = n - 1; i > 0; i--) { j = int(rand() * (i + 1)); t = a[i]; a[i] = a[j]; a[j] = t }
+    for (i = 0; i < n; i++) print a[i] }'
+}
+
 alarms=0 hits=0
 nu=${#U[@]} np=${#P[@]}
 for ((k = 0; k < comparisons; k++)); do
+  mapfile -t u < <(shuffled "$k" "$nu")
+  mapfile -t p < <(shuffled $((1000 + k)) "$np")
   rc=0
-  draw "false-alarm-$k" "${U[$(((6 * k) % nu))]}" "${U[$(((6 * k + 1) % nu))]}" "${U[$(((6 * k + 2) % nu))]}" -- \
-    "${U[$(((6 * k + 3) % nu))]}" "${U[$(((6 * k + 4) % nu))]}" "${U[$(((6 * k + 5) % nu))]}" || rc=$?
+  draw "false-alarm-$k" "${U[${u[0]}]}" "${U[${u[1]}]}" "${U[${u[2]}]}" -- "${U[${u[3]}]}" "${U[${u[4]}]}" "${U[${u[5]}]}" || rc=$?
   ((rc == 2)) && exit 2
   ((rc == 1)) && alarms=$((alarms + 1))
   rc=0
-  draw "power-$k" "${U[$(((3 * k) % nu))]}" "${U[$(((3 * k + 1) % nu))]}" "${U[$(((3 * k + 2) % nu))]}" -- \
-    "${P[$(((3 * k) % np))]}" "${P[$(((3 * k + 1) % np))]}" "${P[$(((3 * k + 2) % np))]}" || rc=$?
+  draw "power-$k" "${U[${u[0]}]}" "${U[${u[1]}]}" "${U[${u[2]}]}" -- "${P[${p[0]}]}" "${P[${p[1]}]}" "${P[${p[2]}]}" || rc=$?
   ((rc == 2)) && exit 2
   ((rc == 1)) && hits=$((hits + 1))
 done
