@@ -3,7 +3,9 @@ package dra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +24,8 @@ type Watch struct {
 	mu          sync.Mutex
 	holders     map[Device]map[types.UID]types.NamespacedName // device → the live claims allocated it
 	held        map[types.UID][]Device                        // claim → its allocated devices
+	deleting    map[types.UID]time.Time                       // claim → its deletionTimestamp, once set
+	unreserved  map[types.UID]bool                            // allocated claims reserved for no pod
 	allocations int
 	shared      []string
 	cancel      context.CancelFunc
@@ -33,7 +37,8 @@ type Mark struct{ allocations, shared int }
 // NewWatch is a Watch fed by hand (Observe); StartWatch feeds one from
 // the API server.
 func NewWatch() *Watch {
-	return &Watch{holders: map[Device]map[types.UID]types.NamespacedName{}, held: map[types.UID][]Device{}, cancel: func() {}}
+	return &Watch{holders: map[Device]map[types.UID]types.NamespacedName{}, held: map[types.UID][]Device{},
+		deleting: map[types.UID]time.Time{}, unreserved: map[types.UID]bool{}, cancel: func() {}}
 }
 
 // StartWatch watches ResourceClaims in every namespace until Stop.
@@ -93,8 +98,17 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 			now = append(now, Device{Driver: r.Driver, Pool: r.Pool, Name: r.Device})
 		}
 	}
+	if gone {
+		delete(w.deleting, claim.UID)
+		delete(w.unreserved, claim.UID)
+	} else {
+		if ts := claim.DeletionTimestamp; ts != nil {
+			w.deleting[claim.UID] = ts.Time
+		}
+		w.unreserved[claim.UID] = len(claim.Status.ReservedFor) == 0
+	}
 	before := w.held[claim.UID]
-	if sameDevices(before, now) {
+	if slices.Equal(before, now) {
 		return
 	}
 	for _, d := range before {
@@ -109,26 +123,23 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 	w.allocations++
 	w.held[claim.UID] = now
 	for _, d := range now {
-		for _, other := range w.holders[d] {
-			w.shared = append(w.shared, fmt.Sprintf("device %s allocated to claim %s while claim %s held it", d, name, other))
+		for uid, other := range w.holders[d] {
+			msg := fmt.Sprintf("device %s allocated to claim %s while claim %s held it", d, name, other)
+			// Its pod may be gone, but until its allocation is, a kubelet
+			// may still hold the device for it.
+			switch at, deleting := w.deleting[uid]; {
+			case deleting:
+				msg += fmt.Sprintf(" (being deleted since %s, still allocated)", at.UTC().Format(time.RFC3339))
+			case w.unreserved[uid]:
+				msg += " (reserved for no pod, still allocated)"
+			}
+			w.shared = append(w.shared, msg)
 		}
 		if w.holders[d] == nil {
 			w.holders[d] = map[types.UID]types.NamespacedName{}
 		}
 		w.holders[d][claim.UID] = name
 	}
-}
-
-func sameDevices(a, b []Device) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Mark is where the watch stands now.

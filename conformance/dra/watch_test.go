@@ -3,6 +3,7 @@ package dra
 import (
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ func claim(name string, devices ...string) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: name, UID: types.UID("uid-" + name)}}
 	if len(devices) > 0 {
 		c.Status.Allocation = &resourceapi.AllocationResult{}
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: types.UID("pod-" + name)}}
 		for _, d := range devices {
 			c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 				resourceapi.DeviceRequestAllocationResult{Request: "gpus", Driver: "gpu.gpulab.io", Pool: "node-1", Device: d})
@@ -20,6 +22,8 @@ func claim(name string, devices ...string) *resourceapi.ResourceClaim {
 	}
 	return c
 }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestWatchSharing(t *testing.T) {
 	w := NewWatch()
@@ -46,13 +50,35 @@ func TestWatchSharing(t *testing.T) {
 	// e is handed gpu-3 while d holds it.
 	w.Observe(claim("e", "gpu-3"), false)
 	n, shared := w.Since(mid)
-	if n != 1 || len(shared) != 1 || !strings.Contains(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e while claim n/d held it") {
+	if n != 1 || len(shared) != 1 || !strings.HasSuffix(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e while claim n/d held it") {
 		t.Fatalf("a device held twice: %d allocations, shared %v", n, shared)
 	}
+	// A claim being deleted still holds its devices until it is gone.
+	g := claim("g", "gpu-5")
+	w.Observe(g, false)
+	g.DeletionTimestamp = &metav1.Time{Time: t0}
+	w.Observe(g, false)
+	w.Observe(claim("h", "gpu-5"), false)
+	if _, shared := w.Since(mid); len(shared) != 2 || !strings.Contains(shared[1], "claim n/h while claim n/g held it (being deleted since 2026-01-01T00:00:00Z") {
+		t.Fatalf("h took gpu-5 while g, being deleted, held it: %v", shared)
+	}
+	mid = w.Mark()
+
+	// Reserved for no pod (its pod gone) is still allocated, and said so.
+	i := claim("i", "gpu-6")
+	w.Observe(i, false)
+	i.Status.ReservedFor = nil
+	w.Observe(i, false)
+	w.Observe(claim("j", "gpu-6"), false)
+	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/j while claim n/i held it (reserved for no pod, still allocated)") {
+		t.Fatalf("j took gpu-6 from i, reserved for no pod: %v", shared)
+	}
+	mid = w.Mark()
+
 	// Once d is gone, e still holds gpu-3: f taking it is sharing with e.
 	w.Observe(claim("d"), true)
 	w.Observe(claim("f", "gpu-3"), false)
-	if _, shared := w.Since(mid); len(shared) != 2 || !strings.Contains(shared[1], "claim n/f while claim n/e held it") {
+	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/f while claim n/e held it") {
 		t.Errorf("f took gpu-3 while e held it: %v", shared)
 	}
 }

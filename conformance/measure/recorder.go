@@ -113,6 +113,7 @@ type podState struct {
 	boundSeen     time.Time // receipt of the event that first showed it bound
 	bindRV        int64     // revision of that event
 	claims        []string  // its ResourceClaims, as its status names them
+	claimsWanted  int       // the claims its spec asks for
 }
 
 // podGroupLife is one PodGroup object's existence, in revisions.
@@ -413,6 +414,7 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 		s := &podState{uid: uid, slot: slot, bound: p.Spec.NodeName != "", ready: podReady(p), createdAt: p.CreationTimestamp.Time}
 		s.boundAt, s.readyAt = conditionTrueSince(p, corev1.PodScheduled), conditionTrueSince(p, corev1.PodReady)
 		s.unschedulable = unschedulableMark(p)
+		s.claimsWanted = len(p.Spec.ResourceClaims)
 		for _, c := range p.Status.ResourceClaimStatuses {
 			if c.ResourceClaimName != nil {
 				s.claims = append(s.claims, *c.ResourceClaimName)
@@ -444,29 +446,31 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 	r.update(t, now)
 }
 
-// allClaimsAllocated is when the last of the desired slots' claims was
-// seen allocated, or zero while one is not (or a pod names none yet).
+// allClaimsAllocated is when the last claim of the gang's pods was seen
+// allocated, once every desired slot has a pod and every pod that asks for
+// claims has them all allocated; zero before, or when no pod asks for one
+// (a head without GPUs asks for none).
 func (r *Recorder) allClaimsAllocated(t *Timeline) time.Time {
 	var last time.Time
-	slots := map[string]bool{}
+	slots, claiming := map[string]bool{}, 0
 	for _, s := range t.pods {
-		if len(s.claims) == 0 {
+		slots[s.slot] = true
+		if s.claimsWanted == 0 {
 			continue
 		}
-		all := true
+		if len(s.claims) < s.claimsWanted {
+			return time.Time{}
+		}
 		for _, c := range s.claims {
 			at, ok := r.allocated[c]
 			if !ok {
-				all = false
-				break
+				return time.Time{}
 			}
 			last = latest(last, at)
 		}
-		if all {
-			slots[s.slot] = true
-		}
+		claiming++
 	}
-	if len(slots) < t.Desired {
+	if len(slots) < t.Desired || claiming == 0 {
 		return time.Time{}
 	}
 	return last

@@ -462,6 +462,10 @@ func TestNativePodGroups(t *testing.T) {
 
 // withClaim names the pod's generated ResourceClaim in its status.
 func withClaim(p *corev1.Pod, claim string) *corev1.Pod {
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "gpus"})
+	if claim == "" { // not created yet
+		return p
+	}
 	p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: "gpus", ResourceClaimName: &claim})
 	return p
 }
@@ -477,12 +481,20 @@ func resourceClaim(name, pod string, allocated bool) *resourceapi.ResourceClaim 
 
 func TestClaimsAllocated(t *testing.T) {
 	r := withPodGroups(newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, Claims: true}), "g")
-	r.Expect("g", 2, t0)
-	// One claim is seen allocated before its pod names it, the other
-	// after; neither alone is the gang's.
+	r.Expect("g", 3, t0)
+	// A head that claims nothing; one worker's claim is seen allocated
+	// before its pod names it, the other's pod names its claim only later.
+	// Neither worker's claim alone is the gang's.
+	head := pod("g", "0", "h", "", 1)
+	head.Name, head.Labels[gpulabv1alpha1.GroupLabel] = "g-head", "head"
+	r.event(head, added, at(0))
 	r.event(resourceClaim("g-w-0-gpus-x", "g-w-0", true), added, at(1*time.Second))
 	r.event(withClaim(pod("g", "0", "a", "", 1), "g-w-0-gpus-x"), added, at(2*time.Second))
-	r.event(withClaim(pod("g", "1", "b", "", 2), "g-w-1-gpus-y"), added, at(2*time.Second))
+	r.event(withClaim(pod("g", "1", "b", "", 2), ""), added, at(2*time.Second))
+	if tl := r.Timelines()["g"]; !tl.ClaimsAllocated.IsZero() {
+		t.Fatalf("claims allocated at %v before a worker's claim exists", tl.ClaimsAllocated)
+	}
+	r.event(withClaim(pod("g", "1", "b", "", 3), "g-w-1-gpus-y"), updated, at(2*time.Second))
 	r.event(resourceClaim("g-w-1-gpus-y", "g-w-1", false), added, at(2*time.Second))
 	if tl := r.Timelines()["g"]; !tl.ClaimsAllocated.IsZero() {
 		t.Fatalf("claims allocated at %v with one claim unallocated", tl.ClaimsAllocated)
