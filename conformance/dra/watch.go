@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,7 +92,7 @@ func (w *Watch) Stop() { w.cancel() }
 func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	name := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}
+	name := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name + forPods(claim)}
 	var now []Device
 	if !gone && claim.Status.Allocation != nil {
 		for _, r := range claim.Status.Allocation.Devices.Results {
@@ -109,6 +110,13 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 	}
 	before := w.held[claim.UID]
 	if slices.Equal(before, now) {
+		// A reservation written after the allocation names the pod; an
+		// emptied one keeps the pod it was for, as evidence.
+		if forPods(claim) != "" {
+			for _, d := range before {
+				w.holders[d][claim.UID] = name
+			}
+		}
 		return
 	}
 	for _, d := range before {
@@ -131,7 +139,7 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 			case deleting:
 				msg += fmt.Sprintf(" (being deleted since %s, still allocated)", at.UTC().Format(time.RFC3339))
 			case w.unreserved[uid]:
-				msg += " (reserved for no pod, still allocated)"
+				msg += " (no longer reserved for a pod, still allocated)"
 			}
 			w.shared = append(w.shared, msg)
 		}
@@ -140,6 +148,21 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 		}
 		w.holders[d][claim.UID] = name
 	}
+}
+
+// forPods names the pods a claim is reserved for, " (for pod a, b)", so
+// that evidence of sharing says which pods (and nodes) to look at.
+func forPods(claim *resourceapi.ResourceClaim) string {
+	var pods []string
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" {
+			pods = append(pods, r.Name)
+		}
+	}
+	if len(pods) == 0 {
+		return ""
+	}
+	return " (for pod " + strings.Join(pods, ", ") + ")"
 }
 
 // Mark is where the watch stands now.

@@ -50,7 +50,7 @@ func TestWatchSharing(t *testing.T) {
 	// e is handed gpu-3 while d holds it.
 	w.Observe(claim("e", "gpu-3"), false)
 	n, shared := w.Since(mid)
-	if n != 1 || len(shared) != 1 || !strings.HasSuffix(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e while claim n/d held it") {
+	if n != 1 || len(shared) != 1 || !strings.HasSuffix(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e (for pod e-pod) while claim n/d (for pod d-pod) held it") {
 		t.Fatalf("a device held twice: %d allocations, shared %v", n, shared)
 	}
 	// A claim being deleted still holds its devices until it is gone.
@@ -59,18 +59,21 @@ func TestWatchSharing(t *testing.T) {
 	g.DeletionTimestamp = &metav1.Time{Time: t0}
 	w.Observe(g, false)
 	w.Observe(claim("h", "gpu-5"), false)
-	if _, shared := w.Since(mid); len(shared) != 2 || !strings.Contains(shared[1], "claim n/h while claim n/g held it (being deleted since 2026-01-01T00:00:00Z") {
+	if _, shared := w.Since(mid); len(shared) != 2 || !strings.Contains(shared[1], "claim n/h (for pod h-pod) while claim n/g (for pod g-pod) held it (being deleted since 2026-01-01T00:00:00Z") {
 		t.Fatalf("h took gpu-5 while g, being deleted, held it: %v", shared)
 	}
 	mid = w.Mark()
 
 	// Reserved for no pod (its pod gone) is still allocated, and said so.
 	i := claim("i", "gpu-6")
+	i.Status.ReservedFor = nil // allocated first, reserved next
+	w.Observe(i, false)
+	i.Status.ReservedFor = claim("i", "gpu-6").Status.ReservedFor
 	w.Observe(i, false)
 	i.Status.ReservedFor = nil
 	w.Observe(i, false)
 	w.Observe(claim("j", "gpu-6"), false)
-	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/j while claim n/i held it (reserved for no pod, still allocated)") {
+	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/j (for pod j-pod) while claim n/i (for pod i-pod) held it (no longer reserved for a pod, still allocated)") {
 		t.Fatalf("j took gpu-6 from i, reserved for no pod: %v", shared)
 	}
 	mid = w.Mark()
@@ -78,7 +81,7 @@ func TestWatchSharing(t *testing.T) {
 	// Once d is gone, e still holds gpu-3: f taking it is sharing with e.
 	w.Observe(claim("d"), true)
 	w.Observe(claim("f", "gpu-3"), false)
-	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/f while claim n/e held it") {
+	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/f (for pod f-pod) while claim n/e (for pod e-pod) held it") {
 		t.Errorf("f took gpu-3 while e held it: %v", shared)
 	}
 }
