@@ -23,13 +23,19 @@ import (
 // watch also sees a device held twice between two snapshots.
 type Watch struct {
 	mu          sync.Mutex
-	holders     map[Device]map[types.UID]types.NamespacedName // device → the live claims allocated it
-	held        map[types.UID][]Device                        // claim → its allocated devices
-	deleting    map[types.UID]time.Time                       // claim → its deletionTimestamp, once set
-	unreserved  map[types.UID]bool                            // allocated claims reserved for no pod
+	claims      map[types.UID]*heldClaim // the claims allocated devices now
+	holders     map[Device][]types.UID   // device → the claims allocated it
 	allocations int
 	shared      []string
 	cancel      context.CancelFunc
+}
+
+// heldClaim is an allocated claim, as the evidence of sharing names it.
+type heldClaim struct {
+	name       string // namespace/name and, once reserved, its pods
+	devices    []Device
+	deleting   time.Time // its deletionTimestamp, once set
+	unreserved bool      // reserved for no pod (its pod gone), still allocated
 }
 
 // Mark is where a Watch stood: Since reports what came after it.
@@ -38,8 +44,7 @@ type Mark struct{ allocations, shared int }
 // NewWatch is a Watch fed by hand (Observe); StartWatch feeds one from
 // the API server.
 func NewWatch() *Watch {
-	return &Watch{holders: map[Device]map[types.UID]types.NamespacedName{}, held: map[types.UID][]Device{},
-		deleting: map[types.UID]time.Time{}, unreserved: map[types.UID]bool{}, cancel: func() {}}
+	return &Watch{claims: map[types.UID]*heldClaim{}, holders: map[Device][]types.UID{}, cancel: func() {}}
 }
 
 // StartWatch watches ResourceClaims in every namespace until Stop.
@@ -92,62 +97,64 @@ func (w *Watch) Stop() { w.cancel() }
 func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	name := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name + forPods(claim)}
 	var now []Device
 	if !gone && claim.Status.Allocation != nil {
 		for _, r := range claim.Status.Allocation.Devices.Results {
 			now = append(now, Device{Driver: r.Driver, Pool: r.Pool, Name: r.Device})
 		}
 	}
-	if gone {
-		delete(w.deleting, claim.UID)
-		delete(w.unreserved, claim.UID)
-	} else {
-		if ts := claim.DeletionTimestamp; ts != nil {
-			w.deleting[claim.UID] = ts.Time
-		}
-		w.unreserved[claim.UID] = len(claim.Status.ReservedFor) == 0
-	}
-	before := w.held[claim.UID]
-	if slices.Equal(before, now) {
-		// A reservation written after the allocation names the pod; an
-		// emptied one keeps the pod it was for, as evidence.
-		if forPods(claim) != "" {
-			for _, d := range before {
-				w.holders[d][claim.UID] = name
-			}
-		}
+	held := w.claims[claim.UID]
+	if held != nil && slices.Equal(held.devices, now) {
+		held.update(claim)
 		return
 	}
-	for _, d := range before {
-		if delete(w.holders[d], claim.UID); len(w.holders[d]) == 0 {
-			delete(w.holders, d)
+	if held != nil {
+		for _, d := range held.devices {
+			if w.holders[d] = slices.DeleteFunc(w.holders[d], func(uid types.UID) bool { return uid == claim.UID }); len(w.holders[d]) == 0 {
+				delete(w.holders, d)
+			}
 		}
+		delete(w.claims, claim.UID)
 	}
-	delete(w.held, claim.UID)
 	if len(now) == 0 {
 		return
 	}
 	w.allocations++
-	w.held[claim.UID] = now
+	held = &heldClaim{devices: now}
+	held.update(claim)
+	w.claims[claim.UID] = held
 	for _, d := range now {
-		for uid, other := range w.holders[d] {
-			msg := fmt.Sprintf("device %s allocated to claim %s while claim %s held it", d, name, other)
-			// Its pod may be gone, but until its allocation is, a kubelet
-			// may still hold the device for it.
-			switch at, deleting := w.deleting[uid]; {
-			case deleting:
-				msg += fmt.Sprintf(" (being deleted since %s, still allocated)", at.UTC().Format(time.RFC3339))
-			case w.unreserved[uid]:
-				msg += " (no longer reserved for a pod, still allocated)"
-			}
-			w.shared = append(w.shared, msg)
+		for _, uid := range w.holders[d] {
+			w.shared = append(w.shared, fmt.Sprintf("device %s allocated to claim %s while claim %s", d, held.name, w.claims[uid].evidence()))
 		}
-		if w.holders[d] == nil {
-			w.holders[d] = map[types.UID]types.NamespacedName{}
-		}
-		w.holders[d][claim.UID] = name
+		w.holders[d] = append(w.holders[d], claim.UID)
 	}
+}
+
+// update takes what the claim says now. A reservation written after the
+// allocation names the pods; an emptied one keeps the pods it was for, as
+// evidence.
+func (h *heldClaim) update(claim *resourceapi.ResourceClaim) {
+	if pods := forPods(claim); pods != "" || h.name == "" {
+		h.name = claim.Namespace + "/" + claim.Name + pods
+	}
+	if ts := claim.DeletionTimestamp; ts != nil {
+		h.deleting = ts.Time
+	}
+	h.unreserved = len(claim.Status.ReservedFor) == 0
+}
+
+// evidence is the claim's name and, where its pod may be gone, why it
+// still holds its devices: until its allocation is gone, a kubelet may
+// still hold them for it.
+func (h *heldClaim) evidence() string {
+	switch {
+	case !h.deleting.IsZero():
+		return h.name + fmt.Sprintf(" held it (being deleted since %s, still allocated)", h.deleting.UTC().Format(time.RFC3339))
+	case h.unreserved:
+		return h.name + " held it (no longer reserved for a pod, still allocated)"
+	}
+	return h.name + " held it"
 }
 
 // forPods names the pods a claim is reserved for, " (for pod a, b)", so
