@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,5 +248,32 @@ func TestDisjoint(t *testing.T) {
 	}
 	if got := Disjoint(two, h100[:2]); len(got) != 0 {
 		t.Errorf("the node's 0 and 1 against its 5 and 2: %q", got)
+	}
+}
+
+// The h200-device samples were captured on one real H200, beside the
+// agent's inventory read there over real NVML: every form of the query
+// parses to the same GPU, and the suite's comparison finds the two agree.
+func TestRealH200Capture(t *testing.T) {
+	var want []SMIGPU
+	for _, name := range []string{"query.csv", "query-noheader.csv", "query-noheader-nounits.csv"} {
+		gpus := sample(t, filepath.Join("h200-device", name))
+		if want == nil {
+			want = gpus
+		}
+		if len(gpus) != 1 || gpus[0] != want[0] || gpus[0].Name != "NVIDIA H200" || gpus[0].MemoryMiB != 143771 {
+			t.Errorf("%s parsed as %+v, want the one H200 of query.csv (%+v)", name, gpus, want)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "nvidia-smi", "h200-device", "agent-inventory.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inv gpulabv1alpha1.GPUInventory
+	if err := json.Unmarshal(raw, &inv); err != nil {
+		t.Fatal(err)
+	}
+	if got := CompareWithInventory(want, inv.Status); len(got) != 0 {
+		t.Errorf("the agent's real inventory and nvidia-smi disagree: %q", got)
 	}
 }

@@ -1,6 +1,8 @@
 package probe
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,17 @@ func TestNoGPUSeen(t *testing.T) {
 		if visible != tc.visible || len(gpus) != tc.gpus || (err != nil) != tc.err {
 			t.Errorf("NoGPUSeen(%q) = %q, %v, %v", tc.log, visible, gpus, err)
 		}
+	}
+}
+
+// h200-host.log is the probe's command run on a real H200 host.
+func TestNoGPUSeenRealH200(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "h200-host.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	visible, gpus, err := NoGPUSeen(string(raw))
+	if err != nil || visible != "0" || len(gpus) != 1 || !strings.Contains(gpus[0], "UUID: GPU-ab739f5a-c8c9-91ff-7656-e7ff8cf6811e") {
+		t.Errorf("NoGPUSeen = %q, %q, %v; want 0, the H200's UUID, no error", visible, gpus, err)
 	}
 }
