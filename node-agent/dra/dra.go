@@ -72,7 +72,7 @@ func Devices(st *v1alpha1.GPUInventoryStatus) []resourceapi.Device {
 			}
 		}
 		devs = append(devs, resourceapi.Device{
-			Name:       "gpu-" + strconv.Itoa(int(g.Index)),
+			Name:       deviceName(g),
 			Attributes: attrs,
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				"memory": {Value: *resource.NewQuantity(g.MemoryMiB<<20, resource.BinarySI)},

@@ -158,6 +158,13 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	draPlugin, err := startDRAPlugin(ctx, f, cfg, log)
+	if err != nil {
+		return err
+	}
+	if draPlugin != nil {
+		defer draPlugin.Stop()
+	}
 	owners, closeOwners, err := podAttribution(f, log)
 	if err != nil {
 		return err
@@ -190,6 +197,9 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 			if plugin != nil {
 				servePlugin(plugin, cdiSpec, r, log)
 			}
+			if draPlugin != nil {
+				serveDRA(ctx, draPlugin, cdiSpec, r, log)
+			}
 		},
 	})
 	if err != nil {
@@ -199,7 +209,7 @@ func run(ctx context.Context, f *runFlags, log logr.Logger) error {
 		"unhealthyAfterFailedScans", f.unhealthyAfterFailedScans,
 		"labelNode", f.labelNode, "ignoredXIDs", f.ignored, "metricsFormat", f.metricsFormat,
 		"podResourcesSocket", f.podResourcesSocket, "devicePlugin", f.devicePlugin,
-		"deviceListStrategies", f.strategies, "cdiSpecDir", f.cdiSpecDir)
+		"deviceListStrategies", f.strategies, "cdiSpecDir", f.cdiSpecDir, "draDriver", f.draDriver)
 	return runWithPlugin(ctx, a, plugin)
 }
 

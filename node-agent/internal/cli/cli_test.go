@@ -53,14 +53,16 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--node-name=a", "--metrics-format=prometheus"}, `--metrics-format="prometheus": want gpulab, dcgm or both`},
 		{[]string{"--node-name=a", "--device-plugin", "--advertise-capacity"}, "--advertise-capacity conflicts with --device-plugin"},
 		{[]string{"--simulate-testbed-nodes", "--device-plugin"}, "--device-plugin conflicts with --simulate-testbed-nodes"},
-		{[]string{"--node-name=a", "--dra-driver=gpu.gpulab.io"}, "--dra-driver needs --simulate-testbed-nodes"},
+		{[]string{"--node-name=a", "--dra-driver=gpu.gpulab.io", "--device-plugin"}, "--dra-driver conflicts with --device-plugin"},
+		{[]string{"--node-name=a", "--dra-driver=gpu.gpulab.io", "--advertise-capacity"}, "--dra-driver conflicts with --advertise-capacity"},
+		{[]string{"--node-name=a", "--dra-driver=gpu.gpulab.io", "--dra-cdi-dir="}, "--dra-driver needs --dra-cdi-dir"},
 		{[]string{"--simulate-testbed-nodes", "--dra-driver=gpu"}, "want a DNS subdomain"},
 		{[]string{"--node-name=a", "--device-plugin", "--device-plugin-dir="}, "--device-plugin needs --device-plugin-dir"},
 		{[]string{"--node-name=a", "--device-plugin", "--device-plugin-resource=gpu"}, `--device-plugin-resource="gpu": want an extended resource name`},
 		{[]string{"--node-name=a", "--device-plugin", "--device-list-strategy=envvar,volume-mounts"}, "--device-list-strategy: device list strategies envvar and volume-mounts both set"},
 		{[]string{"--node-name=a", "--device-plugin", "--device-list-strategy=cdi"}, `--device-list-strategy: device list strategy "cdi"`},
 		{[]string{"--node-name=a", "--device-plugin", "--cdi-kind=gpu"}, `--cdi-kind: CDI kind "gpu": want vendor/class`},
-		{[]string{"--node-name=a", "--nvml=mock:dgx-h100", "--cdi-spec-dir=/tmp/x"}, "--cdi-spec-dir needs --device-plugin"},
+		{[]string{"--node-name=a", "--nvml=mock:dgx-h100", "--cdi-spec-dir=/tmp/x"}, "--cdi-spec-dir needs --device-plugin or --dra-driver"},
 		{[]string{"--node-name=a", "--device-plugin", "--cdi-spec-dir=/tmp/x"}, "--cdi-spec-dir writes device nodes of mock GPUs and needs --nvml=mock:<profile>"},
 	} {
 		code, _, stderr := run(tc.args...)

@@ -140,6 +140,7 @@ type runFlags struct {
 	strategies           []deviceplugin.Strategy
 	cdiKind              string
 	cdiSpecDir           string
+	draCDIDir            string
 
 	unhealthyAfterFailedScans int
 }
@@ -185,9 +186,13 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.simulate, "simulate-testbed-nodes", false,
 		"TESTBEDS ONLY: publish for every node labelled "+simulatorProfileLabel+"=<profile>, each with a mock NVML of its profile")
 	fs.StringVar(&f.draDriver, "dra-driver", "",
-		"also publish the healthy GPUs as Dynamic Resource Allocation devices of this driver (e.g. "+dra.DefaultDriverName+
-			"), a pool per node in ResourceSlices owned by the Node; empty publishes none. For now with --simulate-testbed-nodes only: "+
-			"a real kubelet also needs the driver's kubelet plugin")
+		"serve the healthy GPUs through Dynamic Resource Allocation as devices of this driver (e.g. "+dra.DefaultDriverName+
+			"): a pool per node in ResourceSlices owned by the Node and, on a node with a kubelet, the driver's kubelet plugin "+
+			"(registered in /var/lib/kubelet/plugins_registry, its socket in /var/lib/kubelet/plugins/<driver>, both mounted from the host), "+
+			"which prepares each claim as CDI devices; instead of --device-plugin, not beside it; empty serves none")
+	fs.StringVar(&f.draCDIDir, "dra-cdi-dir", "/var/run/cdi",
+		"with --dra-driver on a node: the container runtime's CDI spec folder (mounted from the host), where a prepared claim's spec is written "+
+			"(NVIDIA_VISIBLE_DEVICES of its GPUs) and removed when it is unprepared; each GPU itself is the CDI device <--cdi-kind>=<UUID>")
 	fs.StringVar(&f.metricsFormatName, "metrics-format", string(metrics.FormatBoth),
 		"per-GPU series on /metrics: gpulab (gpulab_gpu_*, base units), dcgm (the DCGM exporter's DCGM_FI_DEV_* names, units and labels, "+
 			"with pod attribution) or both")
@@ -255,8 +260,14 @@ func (f *runFlags) validate(fs *flag.FlagSet) error {
 		if msgs := validation.IsDNS1123Subdomain(f.draDriver); len(msgs) > 0 || !strings.Contains(f.draDriver, ".") {
 			errs = append(errs, fmt.Errorf("--dra-driver=%q: want a DNS subdomain with a domain the driver owns, such as %s", f.draDriver, dra.DefaultDriverName))
 		}
-		if !f.simulate {
-			errs = append(errs, errors.New("--dra-driver needs --simulate-testbed-nodes: on a node with a kubelet the driver needs its kubelet plugin, which the agent does not serve yet"))
+		if f.devicePlugin {
+			errs = append(errs, errors.New("--dra-driver conflicts with --device-plugin: the kubelet would hand out each GPU twice, once per mechanism"))
+		}
+		if f.advertiseCapacity && !f.simulate {
+			errs = append(errs, errors.New("--dra-driver conflicts with --advertise-capacity: a GPU claimed through DRA would also count as nvidia.com/gpu"))
+		}
+		if !f.simulate && f.draCDIDir == "" {
+			errs = append(errs, errors.New("--dra-driver needs --dra-cdi-dir on a node: the runtime reads the claims' CDI specs there"))
 		}
 	}
 	if f.simulate {
@@ -284,8 +295,8 @@ func (f *runFlags) validateStrategies() error {
 		errs = append(errs, fmt.Errorf("--cdi-kind: %w", err))
 	}
 	if f.cdiSpecDir != "" {
-		if !f.devicePlugin {
-			errs = append(errs, errors.New("--cdi-spec-dir needs --device-plugin: the spec is of the GPUs it serves"))
+		if !f.devicePlugin && (f.draDriver == "" || f.simulate) {
+			errs = append(errs, errors.New("--cdi-spec-dir needs --device-plugin or --dra-driver: the spec is of the GPUs they serve"))
 		}
 		if f.backend.profile == "" {
 			errs = append(errs, errors.New("--cdi-spec-dir writes device nodes of mock GPUs and needs --nvml=mock:<profile>; "+

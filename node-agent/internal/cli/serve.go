@@ -9,7 +9,11 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/node-agent/dra"
 	"github.com/gpulab/gpulab/node-agent/internal/agent"
 	"github.com/gpulab/gpulab/node-agent/internal/cdispec"
 	"github.com/gpulab/gpulab/node-agent/internal/deviceplugin"
@@ -73,21 +77,59 @@ func newCDIWriter(f *runFlags) (*cdispec.Writer, error) {
 // GPU is served Unhealthy until it can.
 func servePlugin(p *deviceplugin.Plugin, w *cdispec.Writer, r *agent.Result, log logr.Logger) {
 	devs := pluginDevices(r)
-	if w != nil {
-		gpus := []cdispec.GPU{}
-		for _, g := range r.State.Status.GPUs {
-			if g.UUID != "" {
-				gpus = append(gpus, cdispec.GPU{UUID: g.UUID, Index: int(g.Index)})
-			}
-		}
-		if err := w.Write(gpus); err != nil {
-			log.Error(err, "serving every GPU Unhealthy to the kubelet until the CDI spec can be written")
-			for i := range devs {
-				devs[i].Healthy = false
-			}
+	if err := writeCDISpec(w, r); err != nil {
+		log.Error(err, "serving every GPU Unhealthy to the kubelet until the CDI spec can be written")
+		for i := range devs {
+			devs[i].Healthy = false
 		}
 	}
 	p.SetDevices(devs)
+}
+
+// serveDRA publishes a scan's GPUs as the node's DRA pool, after their CDI
+// spec as servePlugin does: until it can be written, the pool is empty.
+func serveDRA(ctx context.Context, p *dra.Plugin, w *cdispec.Writer, r *agent.Result, log logr.Logger) {
+	st := &r.State.Status
+	if err := writeCDISpec(w, r); err != nil {
+		log.Error(err, "offering no DRA device until the CDI spec can be written")
+		st = &v1alpha1.GPUInventoryStatus{}
+	}
+	if err := p.Update(ctx, st); err != nil {
+		log.Error(err, "publishing the node's DRA devices")
+	}
+}
+
+// writeCDISpec writes the mock GPUs' CDI spec (--cdi-spec-dir), if any.
+func writeCDISpec(w *cdispec.Writer, r *agent.Result) error {
+	if w == nil {
+		return nil
+	}
+	gpus := []cdispec.GPU{}
+	for _, g := range r.State.Status.GPUs {
+		if g.UUID != "" {
+			gpus = append(gpus, cdispec.GPU{UUID: g.UUID, Index: int(g.Index)})
+		}
+	}
+	return w.Write(gpus)
+}
+
+// startDRAPlugin registers the --dra-driver kubelet plugin, nil without
+// the flag.
+func startDRAPlugin(ctx context.Context, f *runFlags, cfg *rest.Config, log logr.Logger) (*dra.Plugin, error) {
+	if f.draDriver == "" {
+		return nil, nil
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating API client: %w", err)
+	}
+	p, err := dra.StartPlugin(ctx, dra.PluginOptions{
+		Driver: f.draDriver, Node: f.nodeName, Kube: kube, CDIDir: f.draCDIDir, GPUKind: f.cdiKind, Log: log.WithName("dra"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--dra-driver: %w (mount the kubelet's plugins and plugins_registry folders and --dra-cdi-dir from the host)", err)
+	}
+	return p, nil
 }
 
 // pluginDevices are a scan's GPUs as the device plugin serves them: those
