@@ -31,7 +31,8 @@ const gpuResource corev1.ResourceName = "nvidia.com/gpu"
 // NVIDIA_VISIBLE_DEVICES and never share one, and a third pod that asks for
 // one more stays unschedulable. It also deletes the leader of the
 // operator's two replicas and times the failover, then runs the suite in
-// the cluster with gpulab-conformance submit (suiteRunsInCluster).
+// the cluster with gpulab-conformance submit (suiteRunsInCluster), and
+// last switches the agents to DRA (draClaimsGetOnlyTheirDevices).
 func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 	opts := kindTestOptions(t)
 	opts.Name = "gpulab-test-gpu"
@@ -177,26 +178,7 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gpuPod("gpus-c", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(time.Minute)
-	for {
-		pod, err := cs.CoreV1().Pods(ns).Get(ctx, "gpus-c", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pod.Spec.NodeName != "" {
-			t.Fatalf("gpus-c was bound to %s with every GPU held", pod.Spec.NodeName)
-		}
-		if i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
-			return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
-		}); i >= 0 {
-			t.Logf("gpus-c unschedulable: %s", pod.Status.Conditions[i].Message)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("gpus-c was neither bound nor marked unschedulable within 1m")
-		}
-		time.Sleep(time.Second)
-	}
+	waitUnschedulable(ctx, t, cs, ns, "gpus-c")
 
 	// The GPUs free again, the suite runs in the cluster.
 	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
@@ -217,6 +199,7 @@ func TestDevicePluginAllocatesDistinctGPUs(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	suiteRunsInCluster(ctx, t, c, cs)
+	draClaimsGetOnlyTheirDevices(ctx, t, c, cs, worker, probe, nodeOf)
 }
 
 // operatorFailsOver deletes the leader pod of the operator's 2 replicas and

@@ -107,12 +107,10 @@ func (c *Cluster) Install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kubectl := func(stdin []byte, args ...string) error {
-		cmd := command.Cmd{Name: set.Kubectl, Dir: c.root, Args: append([]string{"--kubeconfig", c.kubeconfig}, args...), Log: c.opts.Log}
-		if stdin != nil {
-			cmd.Stdin = bytes.NewReader(stdin)
-		}
-		return command.Run(ctx, cmd)
+	kubectl := func(stdin []byte, args ...string) error { return c.kubectl(ctx, set, stdin, args...) }
+	agentDir, err := agentOverlay(c.opts.GPUAllocation)
+	if err != nil {
+		return err
 	}
 	steps := []struct {
 		stdin []byte
@@ -122,7 +120,7 @@ func (c *Cluster) Install(ctx context.Context) error {
 		{[]byte(defaultQueue), []string{"apply", "--server-side", "-f", "-"}},
 		{nil, []string{"-n", "volcano-system", "wait", "--for=condition=Available", "deployment", "--all", "--timeout=5m"}},
 		{nil, []string{"apply", "--server-side", "-k", filepath.Join("testbeds", "kind", "operator")}},
-		{nil, []string{"apply", "--server-side", "-k", filepath.Join("testbeds", "kind", "agent")}},
+		{nil, []string{"apply", "--server-side", "-k", agentDir}},
 		{nil, []string{"-n", "gpulab-system", "wait", "--for=condition=Available", "deployment/gpulab-operator", "--timeout=5m"}},
 		{nil, []string{"-n", "gpulab-agent", "rollout", "status", "daemonset/gpulab-agent", "--timeout=5m"}},
 	}
@@ -132,6 +130,52 @@ func (c *Cluster) Install(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(c.opts.Log, "Volcano %s and gpulab installed in %s\n", set.VolcanoVersion, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func (c *Cluster) kubectl(ctx context.Context, set *binaries.Set, stdin []byte, args ...string) error {
+	cmd := command.Cmd{Name: set.Kubectl, Dir: c.root, Args: append([]string{"--kubeconfig", c.kubeconfig}, args...), Log: c.opts.Log}
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	return command.Run(ctx, cmd)
+}
+
+// agentOverlay is the agent's overlay for a GPUAllocation ("" is the
+// device plugin), relative to the repository root.
+func agentOverlay(allocation string) (string, error) {
+	switch allocation {
+	case "", GPUAllocationDevicePlugin:
+		return filepath.Join("testbeds", "kind", "agent"), nil
+	case GPUAllocationDRA:
+		return filepath.Join("testbeds", "kind", "agent", "dra"), nil
+	}
+	return "", fmt.Errorf("kind: GPUAllocation %q: want %s or %s", allocation, GPUAllocationDevicePlugin, GPUAllocationDRA)
+}
+
+// SwitchAgent applies the agent overlay of allocation over the installed
+// one, as the same field manager, so what only the old mode set goes, and
+// waits for the agents' rollout: a running cluster's nodes change from one
+// way of handing out GPUs to the other. Release the old mode's GPUs first
+// (delete their pods): the two mechanisms do not know each other's.
+func (c *Cluster) SwitchAgent(ctx context.Context, allocation string) error {
+	dir, err := agentOverlay(allocation)
+	if err != nil {
+		return err
+	}
+	set, err := binaries.Lookup(ctx, binaries.Options{CacheDir: c.opts.CacheDir, VolcanoVersion: c.opts.VolcanoVersion})
+	if err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"apply", "--server-side", "-k", dir},
+		{"-n", "gpulab-agent", "rollout", "status", "daemonset/gpulab-agent", "--timeout=5m"},
+	} {
+		if err := c.kubectl(ctx, set, nil, args...); err != nil {
+			return fmt.Errorf("switching the agent to %s: %w", allocation, err)
+		}
+	}
+	c.opts.GPUAllocation = allocation
 	return nil
 }
 

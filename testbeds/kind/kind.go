@@ -73,7 +73,17 @@ type Options struct {
 	// one of binaries.VolcanoVersions. Defaults to $GPULAB_VOLCANO_VERSION,
 	// else binaries.DefaultVolcanoVersion.
 	VolcanoVersion string
+	// GPUAllocation is how the agent hands the workers' mock GPUs to the
+	// kubelet: GPUAllocationDevicePlugin (nvidia.com/gpu, the default) or
+	// GPUAllocationDRA (DRA claims of DeviceClass gpu.gpulab.io).
+	GPUAllocation string
 }
+
+// The agent's modes on kind, each an overlay of testbeds/kind/agent.
+const (
+	GPUAllocationDevicePlugin = "device-plugin"
+	GPUAllocationDRA          = "dra"
+)
 
 // ErrClusterExists says a kind cluster of the name is already there.
 // Create never deletes it: one gpulab did not create is someone else's.
@@ -120,6 +130,9 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 5 * time.Minute
+	}
+	if _, err := agentOverlay(opts.GPUAllocation); err != nil {
+		return nil, err
 	}
 	var err error
 	if opts.VolcanoVersion, err = binaries.ResolveVolcanoVersion(opts.VolcanoVersion); err != nil {

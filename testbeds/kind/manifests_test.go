@@ -19,7 +19,7 @@ import (
 // TestKindManifestsApply renders the kind overlays and applies them to a
 // real API server: what the kind profile installs must be accepted, use the
 // locally loaded images and run the agent on mock GPUs as the kubelet's
-// device plugin (no node-status patching).
+// device plugin (no node-status patching) or as a DRA driver.
 func TestKindManifestsApply(t *testing.T) {
 	env := envtest.StartForTest(t, envtest.Options{CRDDirs: []string{filepath.Join("..", "..", "operator", "config", "crd", "bases")}})
 	bins, err := binaries.Lookup(context.Background(), binaries.Options{})
@@ -28,7 +28,7 @@ func TestKindManifestsApply(t *testing.T) {
 	}
 	// The last of a repeated flag wins: the namespace each side uses.
 	lastFlag := map[string]string{}
-	for _, overlay := range []string{"operator", "agent"} {
+	for _, overlay := range []string{"operator", "agent", "agent/dra"} {
 		out, err := exec.Command(bins.Kubectl, "kustomize", overlay).Output()
 		if err != nil {
 			t.Fatalf("kustomize %s: %v", overlay, err)
@@ -39,8 +39,11 @@ func TestKindManifestsApply(t *testing.T) {
 				lastFlag[flag], _, _ = strings.Cut(text[i+1+len(flag):], "\n")
 			}
 		}
-		if overlay == "agent" && strings.Contains(text, "--advertise-capacity") {
-			t.Error("the agent overlay patches node capacity; on kind the kubelet's device plugin API advertises it")
+		if overlay != "operator" && strings.Contains(text, "--advertise-capacity") {
+			t.Errorf("the %s overlay patches node capacity; on kind the kubelet advertises it (device plugin) or claims need none (DRA)", overlay)
+		}
+		if overlay == "agent/dra" && strings.Contains(text, "--device-plugin") {
+			t.Error("the DRA overlay also runs the device plugin: each GPU would be handed out twice")
 		}
 		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 		for {
@@ -58,7 +61,9 @@ func TestKindManifestsApply(t *testing.T) {
 		for _, want := range map[string][]string{
 			"operator": {"image: gpulab-operator:dev", "imagePullPolicy: Never"},
 			"agent": {"image: gpulab-agent:dev", "imagePullPolicy: Never", "--nvml=mock:dgx-h100", "--device-plugin",
-				"namespace: gpulab-agent", "path: /var/lib/kubelet/device-plugins"},
+				"namespace: gpulab-agent", "path: /var/lib/kubelet/device-plugins", "--cdi-spec-dir=/var/run/cdi"},
+			"agent/dra": {"image: gpulab-agent:dev", "imagePullPolicy: Never", "--nvml=mock:dgx-h100", "--dra-driver=gpu.gpulab.io",
+				"namespace: gpulab-agent", "path: /var/lib/kubelet/plugins_registry", "--cdi-spec-dir=/var/run/cdi", "kind: DeviceClass"},
 		}[overlay] {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s overlay lacks %q", overlay, want)
