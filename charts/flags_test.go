@@ -69,7 +69,7 @@ func TestOperatorAcceptsRenderedArgs(t *testing.T) {
 func TestAgentAcceptsRenderedArgs(t *testing.T) {
 	bin := buildBinary(t, "node-agent/cmd/gpulab-agent")
 	ch := loadChart(t)
-	for name, vals := range map[string]map[string]any{"defaults": nil, "everything on": values(t, everythingOn)} {
+	for name, vals := range map[string]map[string]any{"defaults": nil, "everything on": values(t, everythingOn), "dra": values(t, draOn)} {
 		var ds appsv1.DaemonSet
 		into(t, render(t, ch, vals).find(t, "DaemonSet", "gpulab-agent"), &ds)
 		args := ds.Spec.Template.Spec.Containers[0].Args

@@ -21,6 +21,7 @@ var rbacSources = []string{
 	"operator/config/rbac/bindings.yaml",
 	"node-agent/config/rbac.yaml",
 	"node-agent/config/testbed/rbac-capacity.yaml",
+	"node-agent/config/dra/access/rbac.yaml",
 	"dashboards/prometheus/operator/metrics-reader.yaml",
 	"conformance/config/clusterrole.yaml",
 	"conformance/config/clusterrolebinding.yaml",
@@ -56,6 +57,7 @@ func TestRBACEqualsKustomize(t *testing.T) {
 		"everything on": values(t, everythingOn),
 		// Leader election is off in everythingOn; its Role is checked here.
 		"monitors with leader election": values(t, "monitoring: {serviceMonitor: {enabled: true}}\nagent: {advertiseCapacity: true}"),
+		"dra":                           values(t, draOn),
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, ch, vals)

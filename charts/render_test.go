@@ -12,8 +12,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpulab/gpulab/node-agent/dra"
 )
 
 // everythingOn sets every optional part and moves every value that has an
@@ -443,5 +446,51 @@ func TestOperatorPDBOnlyWithAStandby(t *testing.T) {
 	}
 	if r := render(t, ch, nil); !r.has("PodDisruptionBudget", "gpulab-operator") {
 		t.Error("no PodDisruptionBudget for the default two replicas")
+	}
+}
+
+// draOn turns the agent's DRA mode on, with another driver name.
+const draOn = "agent: {nvml: 'mock:dgx-h100', dra: {enabled: true, driverName: gpu.example.com, cdiDir: /etc/cdi}}"
+
+// TestAgentDRA: agent.dra turns the kubelet plugin on as the dra kustomize
+// component does (the flags, the host's plugin and CDI folders at the
+// paths the kubelet and the runtime use, root), and renders the
+// DeviceClass the agent's own code builds for that driver; with
+// advertiseCapacity it refuses to render.
+func TestAgentDRA(t *testing.T) {
+	ch := loadChart(t)
+	r := render(t, ch, values(t, draOn))
+	var ds appsv1.DaemonSet
+	into(t, r.find(t, "DaemonSet", "gpulab-agent"), &ds)
+	ps := ds.Spec.Template.Spec
+	c := ps.Containers[0]
+	if !slices.Contains(c.Args, "--dra-driver=gpu.example.com") || !slices.Contains(c.Args, "--dra-cdi-dir=/etc/cdi") {
+		t.Errorf("args %v: want --dra-driver=gpu.example.com and --dra-cdi-dir=/etc/cdi", c.Args)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = hostPaths[m.Name]
+	}
+	same(t, "mounts (container path → host path)", mounts, map[string]string{
+		"/var/lib/kubelet/plugins_registry": "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins": "/var/lib/kubelet/plugins", "/etc/cdi": "/etc/cdi"})
+	if sc := ps.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsNonRoot == nil || *sc.RunAsNonRoot ||
+		sc.SeccompProfile == nil {
+		t.Errorf("pod security context %s: want root, the default seccomp profile kept", toYAML(sc))
+	}
+	var dc resourceapi.DeviceClass
+	into(t, r.find(t, "DeviceClass", "gpu.example.com"), &dc)
+	same(t, "DeviceClass spec", dc.Spec, dra.DeviceClass("gpu.example.com").Spec)
+
+	if _, err := renderFiles(ch, values(t, "agent: {advertiseCapacity: true, dra: {enabled: true}}")); err == nil || !strings.Contains(err.Error(), "conflict") {
+		t.Errorf("dra with advertiseCapacity rendered: %v", err)
+	}
+	if off := render(t, ch, nil); off.has("DeviceClass", "gpu.gpulab.io") || off.has("ClusterRole", "gpulab-agent-dra") {
+		t.Error("the defaults render DRA objects")
 	}
 }
