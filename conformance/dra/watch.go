@@ -26,9 +26,31 @@ type Watch struct {
 	claims      map[types.UID]*heldClaim // the claims allocated devices now
 	holders     map[Device][]types.UID   // device → the claims allocated it
 	allocations int
-	shared      []string
-	cancel      context.CancelFunc
+	shared      []sharing
+	// history is every claim's changes as the watch received them, so
+	// that a sharing's evidence says what came before and after it.
+	history map[types.UID]*claimHistory
+	start   time.Time
+	cancel  context.CancelFunc
 }
+
+// sharing is one device allocated to claim while holder held it.
+type sharing struct {
+	text          string
+	claim, holder types.UID
+}
+
+// claimHistory is what a claim went through: its allocation, reservation
+// and deletion, each change with the time it was received and the
+// claim's resourceVersion.
+type claimHistory struct {
+	name   string
+	last   string
+	events []string
+}
+
+// historyLen is how many of a claim's last changes the evidence shows.
+const historyLen = 8
 
 // heldClaim is an allocated claim, as the evidence of sharing names it.
 type heldClaim struct {
@@ -44,7 +66,8 @@ type Mark struct{ allocations, shared int }
 // NewWatch is a Watch fed by hand (Observe); StartWatch feeds one from
 // the API server.
 func NewWatch() *Watch {
-	return &Watch{claims: map[types.UID]*heldClaim{}, holders: map[Device][]types.UID{}, cancel: func() {}}
+	return &Watch{claims: map[types.UID]*heldClaim{}, holders: map[Device][]types.UID{}, history: map[types.UID]*claimHistory{},
+		start: time.Now(), cancel: func() {}}
 }
 
 // StartWatch watches ResourceClaims in every namespace until Stop.
@@ -103,6 +126,7 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 			now = append(now, Device{Driver: r.Driver, Pool: r.Pool, Name: r.Device})
 		}
 	}
+	w.record(claim, gone, now)
 	held := w.claims[claim.UID]
 	if held != nil && slices.Equal(held.devices, now) {
 		held.update(claim)
@@ -125,10 +149,60 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 	w.claims[claim.UID] = held
 	for _, d := range now {
 		for _, uid := range w.holders[d] {
-			w.shared = append(w.shared, fmt.Sprintf("device %s allocated to claim %s while claim %s", d, held.name, w.claims[uid].evidence()))
+			w.shared = append(w.shared, sharing{
+				text:  fmt.Sprintf("device %s allocated to claim %s while claim %s", d, held.name, w.claims[uid].evidence()),
+				claim: claim.UID, holder: uid,
+			})
 		}
 		w.holders[d] = append(w.holders[d], claim.UID)
 	}
+}
+
+// record adds the claim's change, if it is one, to its history.
+func (w *Watch) record(claim *resourceapi.ResourceClaim, gone bool, devices []Device) {
+	h := w.history[claim.UID]
+	if h == nil {
+		h = &claimHistory{name: claim.Namespace + "/" + claim.Name}
+		w.history[claim.UID] = h
+	}
+	var state []string
+	switch {
+	case gone:
+		state = append(state, "deleted")
+	case len(devices) == 0:
+		state = append(state, "not allocated")
+	default:
+		names := make([]string, len(devices))
+		for i, d := range devices {
+			names[i] = d.Pool + "/" + d.Name
+		}
+		state = append(state, "allocated "+strings.Join(names, ","))
+	}
+	if pods := forPods(claim); pods != "" && !gone {
+		state = append(state, "reserved"+pods)
+	}
+	if claim.DeletionTimestamp != nil && !gone {
+		state = append(state, "being deleted")
+	}
+	desc := strings.Join(state, ", ")
+	if desc == h.last {
+		return
+	}
+	h.last = desc
+	h.events = append(h.events, fmt.Sprintf("+%.3fs rv %s %s", time.Since(w.start).Seconds(), claim.ResourceVersion, desc))
+}
+
+// historyOf is a claim's last changes, for evidence.
+func (w *Watch) historyOf(uid types.UID) string {
+	h := w.history[uid]
+	if h == nil {
+		return ""
+	}
+	events := h.events
+	if len(events) > historyLen {
+		events = events[len(events)-historyLen:]
+	}
+	return h.name + ": " + strings.Join(events, "; ")
 }
 
 // update takes what the claim says now. A reservation written after the
@@ -180,8 +254,13 @@ func (w *Watch) Mark() Mark {
 }
 
 // Since reports the allocations seen after m and the devices they shared.
+// Each sharing is followed by both claims' histories up to now: whether
+// the sharing lasted (both still allocated the device) or how it ended.
 func (w *Watch) Since(m Mark) (allocations int, shared []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.allocations - m.allocations, append([]string(nil), w.shared[m.shared:]...)
+	for _, sh := range w.shared[m.shared:] {
+		shared = append(shared, sh.text+". History: "+w.historyOf(sh.claim)+" | "+w.historyOf(sh.holder))
+	}
+	return w.allocations - m.allocations, shared
 }

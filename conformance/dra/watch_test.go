@@ -50,7 +50,7 @@ func TestWatchSharing(t *testing.T) {
 	// e is handed gpu-3 while d holds it.
 	w.Observe(claim("e", "gpu-3"), false)
 	n, shared := w.Since(mid)
-	if n != 1 || len(shared) != 1 || !strings.HasSuffix(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e (for pod e-pod) while claim n/d (for pod d-pod) held it") {
+	if n != 1 || len(shared) != 1 || !strings.Contains(shared[0], "gpu.gpulab.io/node-1/gpu-3 allocated to claim n/e (for pod e-pod) while claim n/d (for pod d-pod) held it. History: ") {
 		t.Fatalf("a device held twice: %d allocations, shared %v", n, shared)
 	}
 	// A claim being deleted still holds its devices until it is gone.
@@ -83,5 +83,18 @@ func TestWatchSharing(t *testing.T) {
 	w.Observe(claim("f", "gpu-3"), false)
 	if _, shared := w.Since(mid); len(shared) != 1 || !strings.Contains(shared[0], "claim n/f (for pod f-pod) while claim n/e (for pod e-pod) held it") {
 		t.Errorf("f took gpu-3 while e held it: %v", shared)
+	}
+
+	// The evidence of e and d's sharing, read now, tells how it ended:
+	// both claims' changes, d's deletion last, unrelated updates left out.
+	_, shared = w.Since(start)
+	history := shared[0][strings.Index(shared[0], "History: "):]
+	for _, want := range []string{"n/e: +", "allocated node-1/gpu-3, reserved (for pod e-pod)", " | n/d: +", "allocated node-1/gpu-2,node-1/gpu-3, reserved (for pod d-pod); +", " deleted"} {
+		if !strings.Contains(history, want) {
+			t.Errorf("the history %q lacks %q", history, want)
+		}
+	}
+	if strings.Count(history, "; ") != 1 || !strings.HasSuffix(history, "deleted") {
+		t.Errorf("the history %q: want e's one change, then d's allocation and its deletion", history)
 	}
 }
