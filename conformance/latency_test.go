@@ -275,13 +275,14 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 		add("create_to_pods_ready", tl.Created, tl.PodsReady)
 		add("create_to_status_ready", tl.Created, tl.StatusReady)
 		add("pods_ready_to_status_ready", tl.PodsReady, tl.StatusReady)
+		add("create_to_claims_created", tl.Created, tl.ClaimsCreated)
 		add("create_to_claims_allocated", tl.Created, tl.ClaimsAllocated)
 	}
 	addTimelines(feature, timelines)
 	reported := append(slices.Clone(results.LatencyPhases), "pods_ready_to_status_ready")
 	if draMode() {
 		// The scheduler allocates a pod's claims before it binds it.
-		reported = append(reported, "create_to_claims_allocated")
+		reported = append(reported, "create_to_claims_created", "create_to_claims_allocated")
 	}
 	for _, phase := range reported {
 		measured(results.Distribution(feature, phase, "seconds", phases[phase]))

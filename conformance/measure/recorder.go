@@ -48,7 +48,12 @@ type Timeline struct {
 	// first seen allocated (RecorderInput.Claims; watch receipt: the API
 	// records no allocation time unless DRADeviceBindingConditions is on).
 	ClaimsAllocated time.Time
-	StatusReady     time.Time // status.phase Ready first seen
+	// ClaimsCreated is when every desired pod's ResourceClaims existed
+	// (their creationTimestamps, proven as the other milestones): before
+	// it, kube-controller-manager was still making them from the
+	// templates; after it, the scheduler allocates them.
+	ClaimsCreated time.Time
+	StatusReady   time.Time // status.phase Ready first seen
 	// WatchLag is the longest a milestone's watch receipt came after the
 	// server's own time for it could have been: the cross-check of the
 	// two clocks (zero when the watch kept within the second).
@@ -191,7 +196,10 @@ type Recorder struct {
 	// allocated is when each ResourceClaim was first seen allocated, and
 	// podGang the gang of each pod, by name: a claim's owner is its pod.
 	allocated map[string]time.Time
-	podGang   map[string]string
+	// created is each ResourceClaim's creation, as first seen: its
+	// creationTimestamp and the receipt, for Timeline.proven.
+	created map[string][2]time.Time
+	podGang map[string]string
 	// The last revision each watch delivered: a watch delivers in revision
 	// order, so what it has shown of any earlier revision is final.
 	podRV, podGroupRV, clusterRV int64
@@ -222,7 +230,7 @@ func newRecorder(in RecorderInput) *Recorder {
 		in.Workload = GPUClusters{}
 	}
 	return &Recorder{in: in, clusters: map[string]*Timeline{}, live: map[string]map[string]bool{},
-		allocated: map[string]time.Time{}, podGang: map[string]string{}, changed: make(chan struct{}), cancel: func() {}}
+		allocated: map[string]time.Time{}, created: map[string][2]time.Time{}, podGang: map[string]string{}, changed: make(chan struct{}), cancel: func() {}}
 }
 
 // Start begins watching; Stop ends it.
@@ -318,11 +326,17 @@ func (r *Recorder) event(o any, kind eventKind, now time.Time) {
 			r.observePod(name, r.timeline(name), obj, kind, rv, now)
 		}
 	case *resourceapi.ResourceClaim:
-		if _, seen := r.allocated[obj.Name]; seen || obj.Status.Allocation == nil || kind != added && kind != updated {
+		if kind != added && kind != updated {
 			return
 		}
-		r.allocated[obj.Name] = now
-		if name, ok := r.podGang[gangOf(obj, "Pod")]; ok {
+		changed := false
+		if _, seen := r.created[obj.Name]; !seen {
+			r.created[obj.Name], changed = [2]time.Time{obj.CreationTimestamp.Time, now}, true
+		}
+		if _, seen := r.allocated[obj.Name]; !seen && obj.Status.Allocation != nil {
+			r.allocated[obj.Name], changed = now, true
+		}
+		if name, ok := r.podGang[gangOf(obj, "Pod")]; ok && changed {
 			r.update(r.timeline(name), now)
 		}
 	default:
@@ -446,11 +460,11 @@ func (r *Recorder) observePod(name string, t *Timeline, p *corev1.Pod, kind even
 	r.update(t, now)
 }
 
-// allClaimsAllocated is when the last claim of the gang's pods was seen
-// allocated, once every desired slot has a pod and every pod that asks for
-// claims has them all allocated; zero before, or when no pod asks for one
-// (a head without GPUs asks for none).
-func (r *Recorder) allClaimsAllocated(t *Timeline) time.Time {
+// allClaims is the latest of at over the claims of the gang's pods, once
+// every desired slot has a pod and every pod that asks for claims has an
+// at for each; zero before, or when no pod asks for one (a head without
+// GPUs asks for none).
+func (r *Recorder) allClaims(t *Timeline, at func(claim string) (time.Time, bool)) time.Time {
 	var last time.Time
 	slots, claiming := map[string]bool{}, 0
 	for _, s := range t.pods {
@@ -462,11 +476,11 @@ func (r *Recorder) allClaimsAllocated(t *Timeline) time.Time {
 			return time.Time{}
 		}
 		for _, c := range s.claims {
-			at, ok := r.allocated[c]
+			when, ok := at(c)
 			if !ok {
 				return time.Time{}
 			}
-			last = latest(last, at)
+			last = latest(last, when)
 		}
 		claiming++
 	}
@@ -528,7 +542,13 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 		}
 	}
 	if r.in.Claims && t.ClaimsAllocated.IsZero() {
-		t.ClaimsAllocated = r.allClaimsAllocated(t)
+		t.ClaimsAllocated = r.allClaims(t, func(c string) (time.Time, bool) { at, ok := r.allocated[c]; return at, ok })
+	}
+	if r.in.Claims && t.ClaimsCreated.IsZero() {
+		t.ClaimsCreated = r.allClaims(t, func(c string) (time.Time, bool) {
+			at, ok := r.created[c]
+			return t.proven(at[1], at[0]), ok
+		})
 	}
 	if !t.PodsReady.IsZero() && t.StatusReady.IsZero() && readyIsPodsReady(r.in.Workload) {
 		t.StatusReady = t.PodsReady // no status to be Ready but the pods

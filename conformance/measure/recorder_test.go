@@ -505,3 +505,27 @@ func TestClaimsAllocated(t *testing.T) {
 		t.Errorf("claims allocated at %v, want the second claim's first allocated receipt %v", tl.ClaimsAllocated, at(3*time.Second))
 	}
 }
+
+// Claims created is the last claim's creation, proven from its
+// creationTimestamp: not before the gang's claiming pods all name theirs.
+func TestClaimsCreated(t *testing.T) {
+	r := withPodGroups(newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, Claims: true}), "g")
+	r.Expect("g", 2, t0)
+	created := func(name, pod string, server time.Time) *resourceapi.ResourceClaim {
+		c := resourceClaim(name, pod, false)
+		c.CreationTimestamp = metav1.Time{Time: server}
+		return c
+	}
+	r.event(created("g-w-0-gpus-x", "g-w-0", at(time.Second)), added, at(1500*time.Millisecond))
+	r.event(withClaim(pod("g", "0", "a", "", 1), "g-w-0-gpus-x"), added, at(2*time.Second))
+	r.event(withClaim(pod("g", "1", "b", "", 2), ""), added, at(2*time.Second))
+	if tl := r.Timelines()["g"]; !tl.ClaimsCreated.IsZero() {
+		t.Fatalf("claims created at %v before the second pod's claim exists", tl.ClaimsCreated)
+	}
+	// Received 4 s after its creationTimestamp: proven by a second after it.
+	r.event(created("g-w-1-gpus-y", "g-w-1", at(3*time.Second)), added, at(7*time.Second))
+	r.event(withClaim(pod("g", "1", "b", "", 3), "g-w-1-gpus-y"), updated, at(7*time.Second))
+	if tl := r.Timelines()["g"]; !tl.ClaimsCreated.Equal(at(4 * time.Second)) {
+		t.Errorf("claims created at %v, want the last claim's creation proven by %v", tl.ClaimsCreated, at(4*time.Second))
+	}
+}
