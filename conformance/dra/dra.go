@@ -13,8 +13,9 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	draCEL "k8s.io/dynamic-resource-allocation/cel"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/internal/draclass"
 )
 
 // Device names one device the way an allocation result does.
@@ -23,11 +24,7 @@ type Device struct{ Driver, Pool, Name string }
 func (d Device) String() string { return d.Driver + "/" + d.Pool + "/" + d.Name }
 
 // Pool is one node-local pool's devices that a class selects.
-type Pool struct {
-	Driver, Name, Node string
-	// Devices are the selected devices' names, sorted.
-	Devices []string
-}
+type Pool = draclass.Pool
 
 // ClassPools are the node-local pools holding devices the DeviceClass
 // class selects, by the newest generation of each pool's slices, sorted
@@ -38,67 +35,15 @@ func ClassPools(ctx context.Context, c client.Reader, class string) ([]Pool, err
 	if err := c.Get(ctx, client.ObjectKey{Name: class}, &dc); err != nil {
 		return nil, fmt.Errorf("reading DeviceClass %s: %w", class, err)
 	}
-	var progs []draCEL.CompilationResult
-	for _, s := range dc.Spec.Selectors {
-		if s.CEL == nil {
-			continue
-		}
-		r := draCEL.GetCompiler(draCEL.Features{}).CompileCELExpression(s.CEL.Expression, draCEL.Options{})
-		if r.Error != nil {
-			return nil, fmt.Errorf("DeviceClass %s: selector %q: %w", class, s.CEL.Expression, r.Error)
-		}
-		progs = append(progs, r)
+	sel, err := draclass.Compile(&dc)
+	if err != nil {
+		return nil, err
 	}
 	var slices resourceapi.ResourceSliceList
 	if err := c.List(ctx, &slices); err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
-	type key struct{ driver, pool string }
-	newest := map[key]int64{}
-	for _, s := range slices.Items {
-		k := key{s.Spec.Driver, s.Spec.Pool.Name}
-		newest[k] = max(newest[k], s.Spec.Pool.Generation)
-	}
-	pools := map[key]*Pool{}
-	for _, s := range slices.Items {
-		k := key{s.Spec.Driver, s.Spec.Pool.Name}
-		if s.Spec.NodeName == nil || s.Spec.Pool.Generation != newest[k] {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			ok, err := matches(ctx, progs, s.Spec.Driver, d)
-			if err != nil {
-				return nil, fmt.Errorf("DeviceClass %s on %s/%s/%s: %w", class, s.Spec.Driver, s.Spec.Pool.Name, d.Name, err)
-			}
-			if !ok {
-				continue
-			}
-			p := pools[k]
-			if p == nil {
-				p = &Pool{Driver: k.driver, Name: k.pool, Node: *s.Spec.NodeName}
-				pools[k] = p
-			}
-			p.Devices = append(p.Devices, d.Name)
-		}
-	}
-	out := make([]Pool, 0, len(pools))
-	for _, p := range pools {
-		sort.Strings(p.Devices)
-		out = append(out, *p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node+out[i].Name < out[j].Node+out[j].Name })
-	return out, nil
-}
-
-// matches says whether every selector selects d, as the allocator decides.
-func matches(ctx context.Context, progs []draCEL.CompilationResult, driver string, d resourceapi.Device) (bool, error) {
-	for _, p := range progs {
-		ok, _, err := p.DeviceMatches(ctx, draCEL.Device{Driver: driver, Attributes: d.Attributes, Capacity: d.Capacity})
-		if err != nil || !ok {
-			return false, err
-		}
-	}
-	return true, nil
+	return sel.Pools(ctx, slices.Items)
 }
 
 // Allocated are the devices each allocated claim holds, by claim.

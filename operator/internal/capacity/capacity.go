@@ -24,6 +24,19 @@ type Node struct {
 	Product   string
 	MemoryMiB int64
 	Healthy   int32
+	// Devices are the devices each DeviceClass selects in the node's
+	// ResourceSlices (Dynamic Resource Allocation), by class: what a group
+	// that claims its GPUs from that class can have there.
+	Devices map[string]int32
+}
+
+// Available is how many GPUs of sel the node offers: the class's devices
+// for a group that claims them through DRA, else its healthy GPUs.
+func (n Node) Available(sel Selector) int32 {
+	if sel.DeviceClass != "" {
+		return n.Devices[sel.DeviceClass]
+	}
+	return n.Healthy
 }
 
 // Leases are the agents' heartbeat Leases by node name.
@@ -37,7 +50,11 @@ type Leases map[string]*coordinationv1.Lease
 // allocatable nvidia.com/gpu and its GFD labels. fromInventory says every
 // GPU node had a fresh inventory, so inventory watches alone report
 // capacity changes; stale names the nodes whose inventory was not trusted.
-func Nodes(invs []gpulabv1alpha1.GPUInventory, leases Leases, nodes []corev1.Node, now time.Time) (view []Node, fromInventory bool, stale []string) {
+//
+// devices are the nodes' DRA devices by node and DeviceClass (nil where
+// DRA is not served); a node that offers some counts even with no GPU
+// otherwise known (a DRA driver other than gpulab's agent).
+func Nodes(invs []gpulabv1alpha1.GPUInventory, leases Leases, nodes []corev1.Node, devices map[string]map[string]int32, now time.Time) (view []Node, fromInventory bool, stale []string) {
 	byName := make(map[string]*gpulabv1alpha1.GPUInventory, len(invs))
 	for i := range invs {
 		byName[invs[i].Name] = &invs[i]
@@ -64,7 +81,8 @@ func Nodes(invs []gpulabv1alpha1.GPUInventory, leases Leases, nodes []corev1.Nod
 				fromInventory = false
 			}
 		}
-		if entry.Healthy > 0 {
+		entry.Devices = devices[n.Name]
+		if entry.Healthy > 0 || len(entry.Devices) > 0 {
 			view = append(view, entry)
 		}
 	}
@@ -157,11 +175,16 @@ type Selector struct {
 	Product string
 	// MinMemoryMiB is the least GPU memory; zero means any.
 	MinMemoryMiB int64
+	// DeviceClass, when set, takes the GPUs from the devices of this
+	// DeviceClass (DRA) instead of the healthy GPU count.
+	DeviceClass string
 }
 
-// Matches says whether node n satisfies the selector.
+// Matches says whether node n satisfies the selector: for a DeviceClass,
+// a node offering some of its devices.
 func (s Selector) Matches(n Node) bool {
-	return (s.Product == "" || n.Product == s.Product) && n.MemoryMiB >= s.MinMemoryMiB
+	return (s.Product == "" || n.Product == s.Product) && n.MemoryMiB >= s.MinMemoryMiB &&
+		(s.DeviceClass == "" || n.Devices[s.DeviceClass] > 0)
 }
 
 // String names the GPUs the selector wants, for messages.
@@ -173,10 +196,14 @@ func (s Selector) String() string {
 	if s.MinMemoryMiB > 0 {
 		parts = append(parts, fmt.Sprintf("≥%d MiB", s.MinMemoryMiB))
 	}
-	if len(parts) == 0 {
-		return "GPUs"
+	what := "GPUs"
+	if s.DeviceClass != "" {
+		what = "devices of DeviceClass " + s.DeviceClass
 	}
-	return strings.Join(parts, " ") + " GPUs"
+	if len(parts) == 0 {
+		return what
+	}
+	return strings.Join(parts, " ") + " " + what
 }
 
 // WholeNodeGPUs resolves gpus.wholeNode: the largest healthy GPU count among
@@ -185,8 +212,8 @@ func (s Selector) String() string {
 func WholeNodeGPUs(nodes []Node, sel Selector) int32 {
 	var best int32
 	for _, n := range nodes {
-		if sel.Matches(n) && n.Healthy > best {
-			best = n.Healthy
+		if sel.Matches(n) && n.Available(sel) > best {
+			best = n.Available(sel)
 		}
 	}
 	return best
@@ -224,7 +251,7 @@ func Check(nodes []Node, demands []Demand) Verdict {
 				continue
 			}
 			matching++
-			fit := n.Healthy / d.GPUsPerPod
+			fit := n.Available(d.Selector) / d.GPUsPerPod
 			slots += fit
 			if fit > 0 {
 				roomy++
@@ -243,7 +270,7 @@ func Check(nodes []Node, demands []Demand) Verdict {
 		var have int64
 		for _, n := range nodes {
 			if sel.Matches(n) {
-				have += int64(n.Healthy)
+				have += int64(n.Available(sel))
 			}
 		}
 		if need > have {

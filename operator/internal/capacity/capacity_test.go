@@ -39,7 +39,7 @@ func inv(name, product string, healthy int32) gpulabv1alpha1.GPUInventory {
 
 func TestNodesPrefersInventory(t *testing.T) {
 	nodes := []corev1.Node{node("a", h100, 8, true), node("b", h100, 8, true), node("c", h100, 8, false)}
-	view, fromInv, _ := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nil, nodes, time.Now())
+	view, fromInv, _ := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7), inv("b", h100, 8), inv("c", h100, 8)}, nil, nodes, nil, time.Now())
 	if !fromInv {
 		t.Fatal("expected the inventory to be the source")
 	}
@@ -50,11 +50,11 @@ func TestNodesPrefersInventory(t *testing.T) {
 	// A partial agent rollout: b has no inventory yet, so it counts from its
 	// allocatable instead of as zero GPUs, and watches alone no longer tell
 	// of every capacity change.
-	view, fromInv, _ = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nil, nodes, time.Now())
+	view, fromInv, _ = Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 7)}, nil, nodes, nil, time.Now())
 	if fromInv || len(view) != 2 || view[0].Healthy != 7 || view[1].Name != "b" || view[1].Healthy != 8 {
 		t.Fatalf("partial rollout view = %+v (from inventory %v), want a with 7 (inventory) and b with 8 (allocatable)", view, fromInv)
 	}
-	view, fromInv, _ = Nodes(nil, nil, nodes, time.Now())
+	view, fromInv, _ = Nodes(nil, nil, nodes, nil, time.Now())
 	if fromInv || len(view) != 2 || view[0].Healthy != 8 || view[0].Product != h100 || view[0].MemoryMiB != 81559 {
 		t.Fatalf("fallback view = %+v (from inventory %v), want a and b from allocatable and labels", view, fromInv)
 	}
@@ -81,7 +81,7 @@ func TestStaleInventoryIsNotTrusted(t *testing.T) {
 		beat(inv("e", h100, 3), time.Hour), // and its Lease too stopped
 	}
 	leases := Leases{"d": lease(now.Add(-time.Minute), 180), "e": lease(now.Add(-181*time.Second), 180)}
-	view, fromInv, stale := Nodes(invs, leases, nodes, now)
+	view, fromInv, stale := Nodes(invs, leases, nodes, nil, now)
 	if fromInv {
 		t.Error("a stale inventory still counts as the whole truth")
 	}
@@ -263,6 +263,42 @@ func TestLeaseChanged(t *testing.T) {
 	} {
 		if got := LeaseChanged(&old, tc.was, tc.now, now); got != tc.want {
 			t.Errorf("%s: LeaseChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestDRADevices: a group that claims its GPUs counts its DeviceClass's
+// devices on each node, not the node's healthy GPUs, and a node that
+// offers devices through another driver (no inventory, no nvidia.com/gpu)
+// still counts.
+func TestDRADevices(t *testing.T) {
+	bare := node("d", "", 0, true)
+	bare.Labels = nil
+	nodes := []corev1.Node{node("a", h100, 8, true), bare}
+	devices := map[string]map[string]int32{"a": {"gpu.gpulab.io": 6}, "d": {"gpu.nvidia.com": 8}}
+	view, _, _ := Nodes([]gpulabv1alpha1.GPUInventory{inv("a", h100, 8)}, nil, nodes, devices, time.Now())
+	if len(view) != 2 || view[1].Name != "d" || view[1].Healthy != 0 || view[1].Devices["gpu.nvidia.com"] != 8 {
+		t.Fatalf("view %+v: want a, and d with 8 devices of gpu.nvidia.com only", view)
+	}
+	gpulab, nvidia := Selector{DeviceClass: "gpu.gpulab.io"}, Selector{DeviceClass: "gpu.nvidia.com"}
+	if got := WholeNodeGPUs(view, gpulab); got != 6 {
+		t.Errorf("whole node of gpu.gpulab.io: %d, want a's 6 devices", got)
+	}
+	for _, tc := range []struct {
+		demand Demand
+		fits   bool
+		msg    string
+	}{
+		{Demand{Group: "w", Selector: gpulab, GPUsPerPod: 3, Pods: 2}, true, ""},
+		{Demand{Group: "w", Selector: gpulab, GPUsPerPod: 4, Pods: 2}, false, "group w needs 2 nodes with ≥4 healthy devices of DeviceClass gpu.gpulab.io; 1 exist"},
+		{Demand{Group: "w", Selector: nvidia, GPUsPerPod: 8, Pods: 1}, true, ""},
+		{Demand{Group: "w", Selector: Selector{DeviceClass: "mig.nvidia.com"}, GPUsPerPod: 1, Pods: 1}, false, "group w needs devices of DeviceClass mig.nvidia.com; no schedulable node has healthy ones"},
+		// The extended resource still counts healthy GPUs: a's 8.
+		{Demand{Group: "w", GPUsPerPod: 8, Pods: 1}, true, ""},
+	} {
+		v := Check(view, []Demand{tc.demand})
+		if v.Fits != tc.fits || !strings.Contains(v.Message, tc.msg) {
+			t.Errorf("%+v: %+v, want fits %v, %q", tc.demand, v, tc.fits, tc.msg)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -227,11 +228,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		ctrl.Log.WithName("setup").Info("scheduling.k8s.io PodGroups are not served (GenericWorkload gate off): GPUClusters with scheduler kubernetes will report WorkloadAPINotServed until the API is served and the operator restarted",
 			"version", scheduler.NativePodGroupVersion.String())
 	}
+	dra, err := draServed(mgr)
+	if err != nil {
+		return nil, err
+	}
 	r := gpucluster.New(mgr, m, gpucluster.Options{
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
 		ReconcileTimeout:        opts.ReconcileTimeout,
 		VolcanoInstalled:        volcano,
 		NativeGangsServed:       native,
+		DRAServed:               dra,
 		StatusCoalesce:          opts.StatusCoalesce,
 		AgentLeaseNamespace:     opts.AgentLeaseNamespace,
 		SkipNameValidation:      opts.SkipNameValidation,
@@ -265,6 +271,19 @@ func nativeGangsServed(mgr ctrl.Manager) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("discovering the scheduling.k8s.io PodGroup API: %w", err)
+}
+
+// draServed says whether resource.k8s.io/v1 ResourceSlices are served
+// (Kubernetes 1.34+): then capacity counts DRA devices too.
+func draServed(mgr ctrl.Manager) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(resourceapi.SchemeGroupVersion.WithKind("ResourceSlice").GroupKind(), resourceapi.SchemeGroupVersion.Version)
+	if err == nil {
+		return true, nil
+	}
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("discovering the resource.k8s.io/v1 API: %w", err)
 }
 
 // volcanoServed says whether the API server serves Volcano's PodGroups; the

@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	k8sscheduling "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,6 +68,7 @@ const recheckCapacity = 30 * time.Second
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;deviceclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configures the reconciler. Zero values take the defaults noted.
@@ -82,6 +84,10 @@ type Options struct {
 	// served (the GenericWorkload gate); without it the controller does
 	// not watch them and kubernetes clusters report it.
 	NativeGangsServed bool
+	// DRAServed says whether resource.k8s.io/v1 is served; with it the
+	// capacity view counts each DeviceClass's devices from the
+	// ResourceSlices, and slice changes wake Unschedulable clusters.
+	DRAServed bool
 	// StatusCoalesce is how long after a status write a progress-only
 	// change waits (status.go). Defaults to DefaultStatusCoalesce.
 	StatusCoalesce time.Duration
@@ -141,7 +147,7 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 		events:    mgr.GetEventRecorder(ControllerName),
 		metrics:   m,
 		opts:      opts,
-		fleet:     &fleetView{leaseNamespace: opts.AgentLeaseNamespace},
+		fleet:     &fleetView{leaseNamespace: opts.AgentLeaseNamespace, dra: opts.DRAServed},
 	}
 }
 
@@ -190,6 +196,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		})
 	if r.opts.VolcanoInstalled {
 		b = b.Watches(&schedulingv1beta1.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, podGroupTurned), builder.WithPredicates(podGroupChanged))
+	}
+	if r.opts.DRAServed {
+		// Capacity of the clusters that claim their GPUs.
+		b = b.Watches(&resourceapi.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(r.clustersForNode)).
+			Watches(&resourceapi.DeviceClass{}, handler.EnqueueRequestsFromMapFunc(r.clustersForNode))
 	}
 	if r.opts.NativeGangsServed {
 		b = b.Watches(&k8sscheduling.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nativePodGroupTurned), builder.WithPredicates(nativePodGroupChanged))

@@ -124,7 +124,7 @@ func withOverhead(pod *corev1.Pod, overheads map[string]corev1.ResourceList) *co
 }
 
 func selector(r *gpulabv1alpha1.GPURequest) capacity.Selector {
-	s := capacity.Selector{Product: r.Product}
+	s := capacity.Selector{Product: r.Product, DeviceClass: r.DeviceClassName}
 	if r.MinMemoryMiB != nil {
 		s.MinMemoryMiB = *r.MinMemoryMiB
 	}

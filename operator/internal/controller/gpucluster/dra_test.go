@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,7 @@ func TestDRAGroups(t *testing.T) {
 	c := needEnv(t)
 	ctx := context.Background()
 	ns := testutil.NewNamespace(t, c)
+	publishDevices(t, c, "gpu.gpulab.io", map[string]int{"h100-0": 8, "h100-1": 8})
 	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
 
 	gc := testutil.NewCluster(ns, "claims", 2, 4)
@@ -98,4 +100,72 @@ func TestDRAGroups(t *testing.T) {
 	}
 	waitReadyReason(t, c, ns, "blocked", gpulabv1alpha1.ReasonNameConflict, "ResourceClaimTemplate "+theirs.Name, "ConfigMap holder")
 	expectUntouched(t, c, theirs)
+}
+
+// publishDevices creates DeviceClass class (every device of the driver of
+// that name, as the agent's is) and a ResourceSlice of that driver with n
+// devices for each node, removed when the test ends.
+func publishDevices(t *testing.T, c client.Client, class string, nodes map[string]int) {
+	t.Helper()
+	ctx := context.Background()
+	dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", class)}}},
+	}}
+	if err := c.Create(ctx, dc); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), dc) })
+	for node, n := range nodes {
+		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-" + class}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: class, NodeName: &node, Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+		}}
+		for i := range n {
+			slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i)})
+		}
+		if err := c.Create(ctx, slice); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), slice) })
+	}
+}
+
+// TestDRACapacityFromSlices: a group that claims its GPUs is sized and
+// checked against its DeviceClass's devices in the ResourceSlices, not the
+// nodes' nvidia.com/gpu: with none published it is Unschedulable (naming
+// the class) and gets no pod; once a driver publishes enough, the slice
+// watch wakes it and it gets its pods.
+func TestDRACapacityFromSlices(t *testing.T) {
+	c := needEnv(t)
+	ctx := context.Background()
+	ns := testutil.NewNamespace(t, c)
+	const class = "gpu.example.com"
+	testutil.StartManager(t, env.Config, testutil.ManagerOptions{})
+
+	gc := testutil.NewCluster(ns, "sliced", 2, 3)
+	gc.Spec.WorkerGroups[0].GPUs.DeviceClassName = class
+	if err := c.Create(ctx, gc); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitTimeout, "Unschedulable with no devices of the class", func() (bool, string) {
+		cond := schedulable(t, c, ns, "sliced")
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == gpulabv1alpha1.ReasonNoMatchingNodes &&
+			strings.Contains(cond.Message, "devices of DeviceClass "+class), conditionString(cond)
+	})
+	if n := len(testutil.ListPods(t, c, ns)); n != 0 {
+		t.Errorf("an Unschedulable cluster has %d pods", n)
+	}
+	// One node with 4: two pods of 3 do not fit on it.
+	publishDevices(t, c, class, map[string]int{"h100-0": 4})
+	testutil.Eventually(t, waitTimeout, "InsufficientGPUs with one node of 4 devices", func() (bool, string) {
+		cond := schedulable(t, c, ns, "sliced")
+		return cond != nil && cond.Reason == gpulabv1alpha1.ReasonInsufficientGPUs &&
+			strings.Contains(cond.Message, "group workers needs 2 nodes with ≥3 healthy devices of DeviceClass "+class+"; 1 exist"), conditionString(cond)
+	})
+	publishDevices(t, c, class, map[string]int{"h100-1": 4})
+	testutil.Eventually(t, waitTimeout, "Schedulable with pods once a second node publishes", func() (bool, string) {
+		cond := schedulable(t, c, ns, "sliced")
+		n := len(testutil.ListPods(t, c, ns))
+		return cond != nil && cond.Status == metav1.ConditionTrue && n == 3, fmt.Sprintf("%s, %d pods", conditionString(cond), n)
+	})
+
 }

@@ -9,11 +9,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 )
 
@@ -28,6 +31,9 @@ type fleetView struct {
 	dirty atomic.Bool
 	// leaseNamespace holds the agents' heartbeat Leases.
 	leaseNamespace string
+	// dra says resource.k8s.io/v1 is served: the view also counts each
+	// DeviceClass's devices per node from the ResourceSlices.
+	dra bool
 
 	mu sync.Mutex
 	// builds counts rebuilds (tests).
@@ -171,7 +177,11 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 	if err := c.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	f.view, f.fromInventory, f.stale = capacity.Nodes(invs.Items, leases, nodes.Items, now)
+	devices, err := f.classDevices(ctx, c)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	f.view, f.fromInventory, f.stale = capacity.Nodes(invs.Items, leases, nodes.Items, devices, now)
 	until := now.Add(maxFleetAge)
 	for i := range invs.Items {
 		if at, ok := capacity.StaleAt(&invs.Items[i], leases[invs.Items[i].Name]); ok && at.After(now) && at.Before(until) {
@@ -186,3 +196,41 @@ func (f *fleetView) get(ctx context.Context, c client.Reader, now time.Time) ([]
 // maxFleetAge bounds how long a view is kept with no change reported: a
 // change the handlers should have seen and did not costs at most this.
 const maxFleetAge = time.Minute
+
+// classDevices counts, by node and DeviceClass, the devices each class
+// selects in the ResourceSlices (nil without DRA). A class whose selectors
+// do not compile or fail on a device offers none: the allocator would not
+// allocate from it either.
+func (f *fleetView) classDevices(ctx context.Context, c client.Reader) (map[string]map[string]int32, error) {
+	if !f.dra {
+		return nil, nil
+	}
+	var classes resourceapi.DeviceClassList
+	if err := c.List(ctx, &classes); err != nil {
+		return nil, fmt.Errorf("listing DeviceClasses: %w", err)
+	}
+	var slices resourceapi.ResourceSliceList
+	if err := c.List(ctx, &slices); err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	out := map[string]map[string]int32{}
+	for i := range classes.Items {
+		class, err := draclass.Compile(&classes.Items[i])
+		if err != nil {
+			log.FromContext(ctx).Info("a DeviceClass offers no capacity", "reason", err.Error())
+			continue
+		}
+		pools, err := class.Pools(ctx, slices.Items)
+		if err != nil {
+			log.FromContext(ctx).Info("a DeviceClass offers no capacity", "reason", err.Error())
+			continue
+		}
+		for node, n := range draclass.PerNode(pools) {
+			if out[node] == nil {
+				out[node] = map[string]int32{}
+			}
+			out[node][classes.Items[i].Name] = n
+		}
+	}
+	return out, nil
+}
