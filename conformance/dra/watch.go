@@ -147,14 +147,27 @@ func (w *Watch) Observe(claim *resourceapi.ResourceClaim, gone bool) {
 	held = &heldClaim{devices: now}
 	held.update(claim)
 	w.claims[claim.UID] = held
+	// One record per claim that still held some of them, naming them all.
+	var holders []types.UID
+	taken := map[types.UID][]string{}
 	for _, d := range now {
 		for _, uid := range w.holders[d] {
-			w.shared = append(w.shared, sharing{
-				text:  fmt.Sprintf("device %s allocated to claim %s while claim %s", d, held.name, w.claims[uid].evidence()),
-				claim: claim.UID, holder: uid,
-			})
+			if taken[uid] == nil {
+				holders = append(holders, uid)
+			}
+			taken[uid] = append(taken[uid], d.String())
 		}
 		w.holders[d] = append(w.holders[d], claim.UID)
+	}
+	for _, uid := range holders {
+		what, them := "device "+taken[uid][0], "it"
+		if len(taken[uid]) > 1 {
+			what, them = "devices "+strings.Join(taken[uid], ", "), "them"
+		}
+		w.shared = append(w.shared, sharing{
+			text:  fmt.Sprintf("%s allocated to claim %s while claim %s", what, held.name, w.claims[uid].evidence(them)),
+			claim: claim.UID, holder: uid,
+		})
 	}
 }
 
@@ -219,16 +232,16 @@ func (h *heldClaim) update(claim *resourceapi.ResourceClaim) {
 }
 
 // evidence is the claim's name and, where its pod may be gone, why it
-// still holds its devices: until its allocation is gone, a kubelet may
+// still holds its devices (them: "it" or "them"): until its allocation is gone, a kubelet may
 // still hold them for it.
-func (h *heldClaim) evidence() string {
+func (h *heldClaim) evidence(them string) string {
 	switch {
 	case !h.deleting.IsZero():
-		return h.name + fmt.Sprintf(" held it (being deleted since %s, still allocated)", h.deleting.UTC().Format(time.RFC3339))
+		return h.name + fmt.Sprintf(" held %s (being deleted since %s, still allocated)", them, h.deleting.UTC().Format(time.RFC3339))
 	case h.unreserved:
-		return h.name + " held it (no longer reserved for a pod, still allocated)"
+		return h.name + " held " + them + " (no longer reserved for a pod, still allocated)"
 	}
-	return h.name + " held it"
+	return h.name + " held " + them
 }
 
 // forPods names the pods a claim is reserved for, " (for pod a, b)", so

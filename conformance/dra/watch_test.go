@@ -85,6 +85,15 @@ func TestWatchSharing(t *testing.T) {
 		t.Errorf("f took gpu-3 while e held it: %v", shared)
 	}
 
+	// Two devices taken from one claim are one record.
+	mid = w.Mark()
+	w.Observe(claim("m", "gpu-8", "gpu-9"), false)
+	w.Observe(claim("n", "gpu-8", "gpu-9"), false)
+	if _, shared := w.Since(mid); len(shared) != 1 || !strings.HasPrefix(shared[0],
+		"devices gpu.gpulab.io/node-1/gpu-8, gpu.gpulab.io/node-1/gpu-9 allocated to claim n/n (for pod n-pod) while claim n/m (for pod m-pod) held them. History: ") {
+		t.Errorf("n took m's two devices: %v", shared)
+	}
+
 	// The evidence of e and d's sharing, read now, tells how it ended:
 	// both claims' changes, d's deletion last, unrelated updates left out.
 	_, shared = w.Since(start)
