@@ -83,6 +83,13 @@ var kwokStages = []string{
 // from: local binaries only (nothing is downloaded), loopback only, Volcano
 // (and KubeRay's operator, when kuberay is not nil) as extra components
 // kwokctl supervises, and kwok's stages.
+// kube-controller-manager's client limits on the testbed (its defaults
+// are 20 and 30).
+const (
+	controllerManagerQPS   = "100"
+	controllerManagerBurst = "200"
+)
+
 func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string, opts Options) ([]byte, error) {
 	components := append(volcano.components(workdir, bins),
 		agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics, opts.DRA))
@@ -134,7 +141,15 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 				// One instance each: a lease renewal that misses its
 				// deadline on a saturated API server made them exit
 				// mid-run (as a leader must), and nothing replaces them.
-				{Name: "kube-controller-manager", ExtraArgs: []kwokExtraArg{{Key: "leader-elect", Value: "false"}}},
+				//
+				// Its client limit is raised from 20 QPS (burst 30): with
+				// GPUs through DRA it creates a ResourceClaim per pod, and
+				// at 100 gangs at once that limit alone held the last
+				// claims 7 s at p99 (docs/benchmarks/2026-12-03-dra.md).
+				{Name: "kube-controller-manager", ExtraArgs: []kwokExtraArg{
+					{Key: "leader-elect", Value: "false"},
+					{Key: "kube-api-qps", Value: controllerManagerQPS}, {Key: "kube-api-burst", Value: controllerManagerBurst},
+				}},
 				{Name: "kube-scheduler", ExtraArgs: []kwokExtraArg{{Key: "leader-elect", Value: "false"}}},
 				{
 					// On SIGTERM the API server closes its watches and exits in

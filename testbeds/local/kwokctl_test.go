@@ -80,6 +80,7 @@ func TestKwokctlConfigStaysLocal(t *testing.T) {
 		"kubeControllerManagerNodeMonitorGracePeriodMilliseconds: 300000",
 		"name: kube-controller-manager",
 		"key: leader-elect",
+		"- key: kube-api-qps\n    value: \"100\"",
 	} {
 		if !strings.Contains(config, want) {
 			t.Errorf("kwokctl config lacks %q:\n%s", want, config)
