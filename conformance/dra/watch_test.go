@@ -97,7 +97,10 @@ func TestWatchSharing(t *testing.T) {
 	// The evidence of e and d's sharing, read now, tells how it ended:
 	// both claims' changes, d's deletion last, unrelated updates left out.
 	_, shared = w.Since(start)
-	history := shared[0][strings.Index(shared[0], "History: "):]
+	_, history, found := strings.Cut(shared[0], "History: ")
+	if !found {
+		t.Fatalf("no history in %q", shared[0])
+	}
 	for _, want := range []string{"n/e: +", "allocated node-1/gpu-3, reserved (for pod e-pod)", " | n/d: +", "allocated node-1/gpu-2,node-1/gpu-3, reserved (for pod d-pod); +", " deleted"} {
 		if !strings.Contains(history, want) {
 			t.Errorf("the history %q lacks %q", history, want)

@@ -167,5 +167,4 @@ func TestDRACapacityFromSlices(t *testing.T) {
 		n := len(testutil.ListPods(t, c, ns))
 		return cond != nil && cond.Status == metav1.ConditionTrue && n == 3, fmt.Sprintf("%s, %d pods", conditionString(cond), n)
 	})
-
 }
