@@ -199,8 +199,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	if r.opts.DRAServed {
 		// Capacity of the clusters that claim their GPUs.
-		b = b.Watches(&resourceapi.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(r.clustersForNode)).
-			Watches(&resourceapi.DeviceClass{}, handler.EnqueueRequestsFromMapFunc(r.clustersForNode))
+		b = b.Watches(&resourceapi.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(r.clustersForDevices)).
+			Watches(&resourceapi.DeviceClass{}, handler.EnqueueRequestsFromMapFunc(r.clustersForDevices))
 	}
 	if r.opts.NativeGangsServed {
 		b = b.Watches(&k8sscheduling.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nativePodGroupTurned), builder.WithPredicates(nativePodGroupChanged))
@@ -262,9 +262,21 @@ var nodeCapacityChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) 
 func (r *Reconciler) clustersForNode(ctx context.Context, _ client.Object) []reconcile.Request {
 	// Before the clusters are enqueued, so the reconciles see the change.
 	r.fleet.invalidate()
+	return r.unschedulableClusters(ctx)
+}
+
+// clustersForDevices is clustersForNode for a ResourceSlice or DeviceClass
+// change: the DRA devices are counted again.
+func (r *Reconciler) clustersForDevices(ctx context.Context, _ client.Object) []reconcile.Request {
+	r.fleet.invalidateDRA()
+	return r.unschedulableClusters(ctx)
+}
+
+// unschedulableClusters are the clusters a capacity change may wake.
+func (r *Reconciler) unschedulableClusters(ctx context.Context) []reconcile.Request {
 	var list gpulabv1alpha1.GPUClusterList
 	if err := r.client.List(ctx, &list, client.MatchingFields{phaseIndex: string(gpulabv1alpha1.ClusterUnschedulable)}); err != nil {
-		log.FromContext(ctx).Error(err, "listing Unschedulable clusters for a node change")
+		log.FromContext(ctx).Error(err, "listing Unschedulable clusters for a capacity change")
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
