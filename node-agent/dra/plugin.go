@@ -208,6 +208,10 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		names = append(names, r.Device)
 		results = append(results, r)
 	}
+	if len(results) == 0 {
+		// Only other drivers' devices: nothing of the agent's to prepare.
+		return nil, nil
+	}
 	if err := p.heldElsewhere(c.UID, names); err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}

@@ -173,6 +173,18 @@ func TestPluginPreparesClaimsForTheKubelet(t *testing.T) {
 	if got := prepare(away); !strings.Contains(got.Error, "not in this node's pool n1") {
 		t.Errorf("a claim on n2's pool: %+v", got)
 	}
+	// A claim with only another driver's devices has nothing to prepare here.
+	other := claim("other", "uid-other", "n1", "gpu-3")
+	other.Status.Allocation.Devices.Results[0].Driver = "gpu.nvidia.com"
+	if _, err := kube.ResourceV1().ResourceClaims("ns").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := prepare(other); got.Error != "" || len(got.Devices) != 0 {
+		t.Errorf("a claim of another driver: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(cdiDir, claimSpecFile("uid-other"))); !os.IsNotExist(err) {
+		t.Errorf("a spec was written for another driver's claim: %v", err)
+	}
 	unprepare(a)
 	if _, err := os.Stat(filepath.Join(cdiDir, claimSpecFile("uid-a"))); !os.IsNotExist(err) {
 		t.Errorf("a's spec is still there after unprepare: %v", err)
