@@ -298,6 +298,8 @@ run-operator: ## Run the operator locally against the testbed (loopback metrics 
 ##@ Kind testbed (Docker, no registry)
 
 KIND_WORKERS ?= 4
+# How the agent hands out the kind workers' mock GPUs: device-plugin or dra.
+KIND_GPU_ALLOCATION ?= device-plugin
 
 .PHONY: kind-image
 kind-image: $(TESTBED) ## Build the kind node image and its component images locally (cached; root for dockerd and debootstrap).
@@ -308,8 +310,8 @@ images: $(TESTBED) ## Build the gpulab-conformance image (the in-cluster runner)
 	$(TESTBED) images
 
 .PHONY: kind-up
-kind-up: $(TESTBED) ## Create a kind cluster (KIND_WORKERS=4) with Volcano (VOLCANO_VERSION) and gpulab, from the local node image.
-	$(TESTBED) kind-up --workers $(KIND_WORKERS)
+kind-up: $(TESTBED) ## Create a kind cluster (KIND_WORKERS=4) with Volcano (VOLCANO_VERSION) and gpulab, from the local node image; KIND_GPU_ALLOCATION=dra runs the agent as a DRA driver.
+	$(TESTBED) kind-up --workers $(KIND_WORKERS) --gpu-allocation $(KIND_GPU_ALLOCATION)
 
 .PHONY: kind-down
 kind-down: $(TESTBED) ## Delete the kind cluster.

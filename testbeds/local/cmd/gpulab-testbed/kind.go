@@ -33,7 +33,8 @@ kind testbed commands (need Docker; run as root to start dockerd or build the ba
                dev and with VERSION
   kind-up      create a kind cluster from that image and install Volcano and gpulab
                (--name, --workers, --profile, --cluster-only, --reuse,
-               --volcano-version); a cluster of that name is never deleted
+               --volcano-version, --gpu-allocation); a cluster of that name is
+               never deleted
   kind-down    delete the kind cluster, if gpulab created it
   kind-logs    export the kind cluster's node logs (--dir)
 `
@@ -49,6 +50,9 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	clusterOnly := fs.Bool("cluster-only", false, "kind-up: create the cluster without installing Volcano and gpulab")
 	dir := fs.String("dir", "", "kind-logs: where to export (default <repo>/_artifacts/kind-<name>)")
 	volcanoVersion := fs.String("volcano-version", "", volcanoVersionUsage)
+	allocation := fs.String("gpu-allocation", kind.GPUAllocationDevicePlugin,
+		"kind-up: how the agent hands the workers' mock GPUs to the kubelet: "+kind.GPUAllocationDevicePlugin+" (nvidia.com/gpu) or "+
+			kind.GPUAllocationDRA+" (its DRA kubelet plugin; claims of DeviceClass gpu.gpulab.io)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,7 +138,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		}
 		return nil
 	}
-	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout, Reuse: *reuse, VolcanoVersion: *volcanoVersion})
+	c, err := kind.New(ctx, kind.Options{Name: *name, CacheDir: cacheDir, Workers: *workers, WorkerProfile: *profile, ReadyTimeout: *timeout, Log: os.Stdout, Reuse: *reuse, VolcanoVersion: *volcanoVersion, GPUAllocation: *allocation})
 	if err != nil {
 		return err
 	}
