@@ -251,7 +251,7 @@ NOISE_COMPARE_ARGS  ?= $(NIGHTLY_COMPARE_ARGS)
 export NOISE_RUNS NOISE_PLANTED_RUNS NOISE_COMPARISONS NOISE_PLANTED_DELAY NOISE_REUSE NOISE_OUT
 .PHONY: noise-check
 noise-check: testbed-binaries ## Measure the nightly compare's false alarms and power: NOISE_RUNS unchanged and NOISE_PLANTED_RUNS slowed latency runs (N=CONFORMANCE_SCALE), drawn into 3-vs-3 comparisons (NOISE_REUSE=1 redraws only).
-	BIN=$(BIN) CONFORMANCE_SCALE=$(CONFORMANCE_SCALE) conformance/hack/noise-check.sh $(NOISE_COMPARE_ARGS)
+	BIN=$(BIN) LDFLAGS="$(LDFLAGS)" CONFORMANCE_SCALE=$(CONFORMANCE_SCALE) conformance/hack/noise-check.sh $(NOISE_COMPARE_ARGS)
 
 FROM ?=
 .PHONY: baseline

@@ -11,8 +11,9 @@
 #
 # The draw, fixed so that a rerun over the same pool gives the same table:
 # comparison k (k = 0..NOISE_COMPARISONS-1) shuffles each pool with awk's
-# generator seeded by k (unchanged) and 1000+k (planted; the same awk
-# gives the same order), then
+# generator seeded by 1+k (unchanged) and 1001+k (planted; the same awk
+# gives the same order; mawk gives seeds 0 and 1 the same sequence, so no
+# seed is 0), then
 #   false alarm k: baseline = the first three unchanged runs, current = the
 #     next three (six distinct runs);
 #   power k: baseline = the first three unchanged runs, current = the first
@@ -20,8 +21,9 @@
 # Comparisons overlap in runs (a pool of 20 holds 3 disjoint 3-vs-3
 # pairs), so their verdicts are not independent; a small pool still gives
 # distinct comparisons instead of repeating the same few.
-# A comparison "flags" when compare exits 1 (a regression). Only runs that
-# passed enter the pool; the others are listed.
+# Two comparisons that drew the same runs stop the check: they would count
+# one draw twice. A comparison "flags" when compare exits 1 (a regression).
+# Only runs that passed enter the pool; the others are listed.
 #
 # Usage: conformance/hack/noise-check.sh [compare flags...]
 #   NOISE_RUNS=20 NOISE_PLANTED_RUNS=10 NOISE_COMPARISONS=10
@@ -44,8 +46,9 @@ if ((runs < 6 || planted < 3)); then
   exit 2
 fi
 
-go build -tags gpulab_faults -o "$bin/gpulab-operator-faulty" ./operator/cmd/gpulab-operator
-go test -c -o "$bin/gpulab-conformance" ./conformance
+# LDFLAGS (the Makefile's) stamps the version, so each run records its commit.
+go build -tags gpulab_faults -ldflags "${LDFLAGS:-}" -o "$bin/gpulab-operator-faulty" ./operator/cmd/gpulab-operator
+go test -c -ldflags "${LDFLAGS:-}" -o "$bin/gpulab-conformance" ./conformance
 
 one() { # one KIND INDEX [ENV...]
   local dir="$out/$1/run-$2"
@@ -104,11 +107,23 @@ shuffled() { # shuffled SEED N: 0..N-1 in an order fixed by SEED
     for (i = 0; i < n; i++) print a[i] }'
 }
 
+sorted() { printf '%s\n' "$@" | sort -n | tr '\n' ' '; }
+
 alarms=0 hits=0
 nu=${#U[@]} np=${#P[@]}
+declare -A drawn=()
+once() { # once KEY K: stop if an earlier comparison drew KEY
+  if [[ -n "${drawn[$1]:-}" ]]; then
+    echo "noise-check: comparison $2 draws the same runs as comparison ${drawn[$1]}" >&2
+    exit 2
+  fi
+  drawn[$1]=$2
+}
 for ((k = 0; k < comparisons; k++)); do
-  mapfile -t u < <(shuffled "$k" "$nu")
-  mapfile -t p < <(shuffled $((1000 + k)) "$np")
+  mapfile -t u < <(shuffled $((1 + k)) "$nu")
+  mapfile -t p < <(shuffled $((1001 + k)) "$np")
+  once "false-alarm $(sorted "${u[@]:0:3}")vs $(sorted "${u[@]:3:3}")" "$k"
+  once "power $(sorted "${u[@]:0:3}")vs $(sorted "${p[@]:0:3}")" "$k"
   rc=0
   draw "false-alarm-$k" "${U[${u[0]}]}" "${U[${u[1]}]}" "${U[${u[2]}]}" -- "${U[${u[3]}]}" "${U[${u[4]}]}" "${U[${u[5]}]}" || rc=$?
   ((rc == 2)) && exit 2
