@@ -30,7 +30,7 @@ func (t *Testbed) agentBinary(ctx context.Context) (string, error) {
 	out := filepath.Join(t.opts.CacheDir, "bin", "gpulab-agent")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./node-agent/cmd/gpulab-agent")
 	cmd.Dir = root
-	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS="+binaries.CgoCFlags)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building gpulab-agent: %w\n%s", err, b)
 	}

@@ -36,6 +36,13 @@ const (
 	KubeRayVersion = DefaultKubeRayVersion
 )
 
+// CgoCFlags are the C flags of every cgo build of this repository (the
+// Makefile exports the same): go-nvml's headers use deprecated declarations.
+// They are part of every compiled package's cache key, so the testbeds'
+// builds of the agent and the suite share `make test`'s compiled packages
+// only while the values agree.
+const CgoCFlags = "-O2 -g -Wno-deprecated-declarations"
+
 // Options configures where binaries are cached and how progress is reported.
 type Options struct {
 	// CacheDir holds bin/, src/ and logs/. Defaults to DefaultCacheDir().

@@ -223,3 +223,21 @@ func TestDependentGoModRepeatsReplaces(t *testing.T) {
 		t.Errorf("a folder replace without an override: %v, want an error naming the folder", err)
 	}
 }
+
+// TestCgoCFlagsMatchTheMakefile: the testbeds build the agent and the suite
+// with CgoCFlags so that they reuse what `make test` compiled; a Makefile
+// that exported other flags would silently make every kind run recompile.
+func TestCgoCFlagsMatchTheMakefile(t *testing.T) {
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "export CGO_CFLAGS ?= " + CgoCFlags + "\n"
+	if !strings.Contains(string(data), want) {
+		t.Fatalf("the Makefile does not contain %q", want)
+	}
+}
