@@ -187,8 +187,7 @@ func buildProbeImage(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "probe")
-	if err := command.Run(ctx, command.Cmd{Name: "go", Env: []string{"CGO_ENABLED=0"},
-		Args: []string{"build", "-trimpath", "-o", bin, "./internal/probe"}}); err != nil {
+	if err := command.Run(ctx, command.GoBuild{Pkg: "./internal/probe", Out: bin, Static: true}.Cmd()); err != nil {
 		t.Fatal(err)
 	}
 	ref := "gpulab-kind-probe:test"

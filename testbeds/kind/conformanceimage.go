@@ -11,7 +11,6 @@ import (
 	"github.com/gpulab/gpulab/testbeds/kind/images"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
 	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // ConformanceImage is the suite's image as the kind tests load it: the
@@ -33,10 +32,8 @@ func BuildConformanceImage(ctx context.Context, cacheDir, root string, log io.Wr
 	if err != nil {
 		return nil, fmt.Errorf("stamping the version: %w", err)
 	}
-	// Built as `make test` builds it (no -trimpath, the same CGO_CFLAGS), so
-	// after the tests this only links.
-	if err := command.Run(ctx, command.Cmd{Name: "go", Dir: root, Env: []string{"CGO_ENABLED=1", "CGO_CFLAGS=" + binaries.CgoCFlags}, Log: log,
-		Args: []string{"test", "-c", "-ldflags=-s -w " + strings.TrimSpace(stamp), "-o", bin, "./conformance"}}); err != nil {
+	if err := command.Run(ctx, command.GoBuild{Pkg: "./conformance", Out: bin, Dir: root, Test: true,
+		LDFlags: strings.TrimSpace(stamp), Log: log}.Cmd()); err != nil {
 		return nil, fmt.Errorf("building the suite: %w", err)
 	}
 	base, err := nodeimage.EnsureBase(ctx, nodeimage.Options{CacheDir: cacheDir, RepoRoot: root, Log: log})

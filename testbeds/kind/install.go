@@ -79,21 +79,13 @@ func (c *Cluster) Install(ctx context.Context) error {
 		return err
 	}
 	operator, agent := filepath.Join(work, "bin", "gpulab-operator"), filepath.Join(work, "bin", "gpulab-agent")
-	// The operator is static, as its release image is, and shares compiled
-	// packages with the node image's other static programs. The agent links
-	// glibc; it is built with the flags `make test` compiles with (no
-	// -trimpath, the Makefile's CGO_CFLAGS), so after the tests it only links.
-	for _, b := range []struct {
-		out, pkg string
-		env      []string
-		flags    []string
-	}{
-		{operator, "./operator/cmd/gpulab-operator", []string{"CGO_ENABLED=0"}, []string{"-trimpath"}},
-		{agent, "./node-agent/cmd/gpulab-agent", []string{"CGO_ENABLED=1", "CGO_CFLAGS=" + binaries.CgoCFlags}, nil},
+	// The operator is static, as its release image is; the agent links glibc.
+	for _, b := range []command.GoBuild{
+		{Pkg: "./operator/cmd/gpulab-operator", Out: operator, Dir: c.root, Static: true},
+		{Pkg: "./node-agent/cmd/gpulab-agent", Out: agent, Dir: c.root},
 	} {
-		args := append(append([]string{"build"}, b.flags...), "-ldflags=-s -w", "-o", b.out, b.pkg)
-		if err := command.Run(ctx, command.Cmd{Name: "go", Dir: c.root, Env: b.env, Args: args}); err != nil {
-			return fmt.Errorf("building %s: %w", b.pkg, err)
+		if err := command.Run(ctx, b.Cmd()); err != nil {
+			return fmt.Errorf("building %s: %w", b.Pkg, err)
 		}
 	}
 	base := nodeimage.BaseRef(nodeimage.DefaultMirror)

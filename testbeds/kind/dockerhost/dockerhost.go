@@ -260,10 +260,8 @@ func buildShim(ctx context.Context, opts Options) (string, error) {
 		return "", fmt.Errorf("the runtime shim hands over to runc, which is not on PATH (Debian: apt-get install -y runc): %w", err)
 	}
 	out := filepath.Join(opts.StateDir, ShimRuntime)
-	err = command.Run(ctx, command.Cmd{
-		Name: "go", Dir: opts.RepoRoot, Env: []string{"CGO_ENABLED=0"},
-		Args: []string{"build", "-trimpath", "-ldflags", "-s -w -X main.runcPath=" + runc, "-o", out, "./testbeds/kind/runtimeshim/cmd/gpulab-runc"},
-	})
+	err = command.Run(ctx, command.GoBuild{Pkg: "./testbeds/kind/runtimeshim/cmd/gpulab-runc", Out: out, Dir: opts.RepoRoot,
+		Static: true, LDFlags: "-X main.runcPath=" + runc}.Cmd())
 	if err != nil {
 		return "", fmt.Errorf("building the runtime shim: %w", err)
 	}

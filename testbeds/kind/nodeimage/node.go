@@ -268,15 +268,20 @@ func buildPrograms(ctx context.Context, opts Options) (*Programs, error) {
 	}
 	p := &Programs{Set: set, Kind: kind}
 	out := filepath.Join(opts.WorkDir, "bin")
-	for dst, pkg := range map[*string]string{
-		&p.Shim:    "./testbeds/kind/runtimeshim/cmd/gpulab-runc",
-		&p.Pause:   "./testbeds/kind/images/pause",
-		&p.Kindnet: "./testbeds/kind/podnetwork/cmd/gpulab-kindnet",
+	// The shim runs on the host and pause in a scratch image: both static.
+	// The pod network's image has the Debian base, so it may link glibc.
+	for _, b := range []struct {
+		dst    *string
+		pkg    string
+		static bool
+	}{
+		{&p.Shim, "./testbeds/kind/runtimeshim/cmd/gpulab-runc", true},
+		{&p.Pause, "./testbeds/kind/images/pause", true},
+		{&p.Kindnet, "./testbeds/kind/podnetwork/cmd/gpulab-kindnet", false},
 	} {
-		*dst = filepath.Join(out, path.Base(pkg))
-		if err := command.Run(ctx, command.Cmd{Name: "go", Dir: opts.RepoRoot, Env: []string{"CGO_ENABLED=0"},
-			Args: []string{"build", "-trimpath", "-ldflags=-s -w", "-o", *dst, pkg}}); err != nil {
-			return nil, fmt.Errorf("building %s: %w", pkg, err)
+		*b.dst = filepath.Join(out, path.Base(b.pkg))
+		if err := command.Run(ctx, command.GoBuild{Pkg: b.pkg, Out: *b.dst, Dir: opts.RepoRoot, Static: b.static}.Cmd()); err != nil {
+			return nil, fmt.Errorf("building %s: %w", b.pkg, err)
 		}
 	}
 	return p, nil
