@@ -183,7 +183,7 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	// that cannot renew exits, as it should. Throughput, not failover, is
 	// measured here.
 	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
-		Kubeconfig: tb.Kubeconfig(), LogDir: out, Pprof: true, Args: []string{"--leader-elect=false"}})
+		Kubeconfig: tb.Kubeconfig(), LogDir: out, Pprof: true, SoleReplica: true})
 	if err != nil {
 		return nil, err
 	}

@@ -45,8 +45,10 @@ type OperatorProcess struct {
 	// pprofPort serves /debug/pprof/ when OperatorOptions.Pprof asked.
 	pprofPort int
 	env, args []string
-	cmd       *exec.Cmd
-	exited    chan struct{}
+	// leaderElect is false for a SoleReplica.
+	leaderElect bool
+	cmd         *exec.Cmd
+	exited      chan struct{}
 }
 
 func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProcess, error) {
@@ -60,7 +62,7 @@ func newOperatorProcess(name, binary, kubeconfig, logDir string) (*OperatorProce
 		l.Close()
 	}
 	return &OperatorProcess{Name: name, binary: binary, kubeconfig: kubeconfig, logPath: filepath.Join(logDir, name+".log"),
-		metricsPort: ports[0], probePort: ports[1], pprofPort: ports[2]}, nil
+		metricsPort: ports[0], probePort: ports[1], pprofPort: ports[2], leaderElect: true}, nil
 }
 
 // OperatorOptions describes one replica started by StartOperator.
@@ -73,6 +75,10 @@ type OperatorOptions struct {
 	Args []string
 	// Pprof serves net/http/pprof on loopback (PprofURL).
 	Pprof bool
+	// SoleReplica runs without leader election, for benchmarks: their
+	// saturated API server can answer a Lease renewal past its deadline,
+	// and a leader that loses its Lease exits mid-run.
+	SoleReplica bool
 }
 
 // StartOperator runs one replica and waits until it is ready. Tests and
@@ -82,7 +88,7 @@ func StartOperator(ctx context.Context, opts OperatorOptions) (*OperatorProcess,
 	if err != nil {
 		return nil, err
 	}
-	op.env, op.args = opts.Env, opts.Args
+	op.env, op.args, op.leaderElect = opts.Env, opts.Args, !opts.SoleReplica
 	if opts.Pprof {
 		op.args = append(op.args, "--pprof-bind-address=127.0.0.1:"+strconv.Itoa(op.pprofPort))
 	}
@@ -97,7 +103,7 @@ func (o *OperatorProcess) Start(ctx context.Context) error {
 	}
 	o.cmd = exec.Command(o.binary,
 		"--kubeconfig="+o.kubeconfig,
-		"--leader-elect=true", "--leader-election-namespace=default",
+		"--leader-elect="+strconv.FormatBool(o.leaderElect), "--leader-election-namespace=default",
 		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(o.metricsPort),
 		"--metrics-secure=false",
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(o.probePort),
@@ -150,6 +156,21 @@ func (o *OperatorProcess) Kill() error {
 	}
 	<-o.exited
 	return nil
+}
+
+// Exited says, once the process has ended, that it did and where its log
+// is; nil while it runs. A harness checks it between runs, so a run is not
+// measured against an operator that is gone.
+func (o *OperatorProcess) Exited() error {
+	if o.exited == nil {
+		return fmt.Errorf("operator %s was not started", o.Name)
+	}
+	select {
+	case <-o.exited:
+		return fmt.Errorf("operator %s exited (log: %s)", o.Name, o.logPath)
+	default:
+		return nil
+	}
 }
 
 // Stop ends the process gracefully (it releases its lease).

@@ -125,7 +125,7 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 		return nil, 0, err
 	}
 	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
-		Kubeconfig: tb.Kubeconfig(), LogDir: out})
+		Kubeconfig: tb.Kubeconfig(), LogDir: out, SoleReplica: true})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -139,6 +139,9 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 		"raycluster": "http://127.0.0.1:" + strconv.Itoa(st.Ports.KubeRayMetrics) + "/metrics",
 	}
 	runs, err := inRounds(opts.Rounds, opts.NoWarmUp, Workloads, func(name, w string) (*results.Results, error) {
+		if err := op.Exited(); err != nil {
+			return nil, fmt.Errorf("at %d gangs, before %s: %w", n, name, err)
+		}
 		dir := filepath.Join(out, name)
 		fmt.Fprintf(opts.Log, "side by side: N=%d, %s, %s\n", n, strings.ReplaceAll(name, "-"+w, ""), w)
 		cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: w, Scale: n,

@@ -116,7 +116,8 @@ func volcanoSide(version string) string { return "volcano-" + version }
 type schedulerSide struct {
 	key, scheduler, process string
 	tb                      *local.Testbed
-	metricsURL              string
+	// op is the testbed's operator, one for both of its sides.
+	op *profile.OperatorProcess
 }
 
 // RunSchedulers measures the same gangs on each Volcano version and on
@@ -151,14 +152,14 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 		}
 		defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
 		op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator-" + tb.Name(), Binary: opts.Operator,
-			Kubeconfig: tb.Kubeconfig(), LogDir: opts.Out})
+			Kubeconfig: tb.Kubeconfig(), LogDir: opts.Out, SoleReplica: true})
 		if err != nil {
 			return "", err
 		}
 		defer func() { _ = op.Stop() }()
-		sides = append(sides, schedulerSide{key: volcanoSide(v), scheduler: "volcano", process: "vc-scheduler", tb: tb, metricsURL: op.MetricsURL()})
+		sides = append(sides, schedulerSide{key: volcanoSide(v), scheduler: "volcano", process: "vc-scheduler", tb: tb, op: op})
 		if i == 0 {
-			sides = append(sides, schedulerSide{key: nativeSide, scheduler: "kubernetes", process: "kube-scheduler", tb: tb, metricsURL: op.MetricsURL()})
+			sides = append(sides, schedulerSide{key: nativeSide, scheduler: "kubernetes", process: "kube-scheduler", tb: tb, op: op})
 		}
 	}
 	keys := make([]string, len(sides))
@@ -195,6 +196,9 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 // CPU over it recorded as a latency measurement.
 func runSchedulerSide(ctx context.Context, opts SchedulerOptions, side schedulerSide, dir string) (*results.Results, error) {
 	fmt.Fprintf(opts.Log, "schedulers side by side: %s\n", filepath.Base(dir))
+	if err := side.op.Exited(); err != nil {
+		return nil, err
+	}
 	pid := 0
 	for _, c := range side.tb.Components() {
 		if c.Name == side.process && c.Running {
@@ -206,7 +210,7 @@ func runSchedulerSide(ctx context.Context, opts SchedulerOptions, side scheduler
 		return nil, fmt.Errorf("the testbed's %s is not running", side.process)
 	}
 	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: side.tb.Kubeconfig(), Workload: "gpucluster", Scale: opts.Scale,
-		Features: schedulerFeatures, OperatorMetricsURL: side.metricsURL, Out: dir, ClusterName: side.tb.Name(),
+		Features: schedulerFeatures, OperatorMetricsURL: side.op.MetricsURL(), Out: dir, ClusterName: side.tb.Name(),
 		Extra: []string{"--scheduler=" + side.scheduler}}.Command(ctx)
 	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 	runErr := cmd.Run()
