@@ -197,7 +197,7 @@ nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times (PROFILE=local|kin
 	if (( $${#runs[@]} == 0 )); then echo "nightly: no run wrote results" >&2; exit 1; fi; \
 	rc=0; \
 	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median --perfdata $(NIGHTLY_OUT)/perfdata \
-		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL)) "$${runs[@]}" || rc=1; \
+		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL) --push-baseline $(NIGHTLY_BASELINE)) "$${runs[@]}" || rc=1; \
 	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) $(NIGHTLY_COMPARE_ARGS) "$${runs[@]}" || rc=1; \
 	if (( failed > 0 )); then echo "nightly: $$failed of $(NIGHTLY_RUNS) runs failed" >&2; rc=1; fi; \
 	if (( partial > 0 )); then \

@@ -202,7 +202,7 @@ func report(testsCode int, out string) int {
 	}
 	fmt.Printf("\n%s\nresults: %s\n", run.Markdown(), out)
 	if opts.PushgatewayURL != "" {
-		if err := results.Push(context.Background(), opts.PushgatewayURL, run); err != nil {
+		if err := pushRun(opts.PushgatewayURL, opts.PushBaseline, run); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -262,4 +262,17 @@ func measured(ms ...results.Measurement) {
 	mu.Lock()
 	defer mu.Unlock()
 	run.Measurements = append(run.Measurements, ms...)
+}
+
+// pushRun pushes the run, with the range of the baseline runs at
+// baselinePath when one is named.
+func pushRun(url, baselinePath string, r *results.Results) error {
+	var baseline []*results.Results
+	if baselinePath != "" {
+		var err error
+		if baseline, err = results.ReadBaseline(baselinePath); err != nil {
+			return err
+		}
+	}
+	return results.Push(context.Background(), url, r, baseline...)
 }

@@ -1,5 +1,10 @@
 package dashboards
 
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
 // Conformance is the nightly-trends dashboard over the series the
 // conformance suite pushes to a Pushgateway (job gpulab_conformance, grouped
 // by profile, cluster and workload). The Pushgateway holds the last run; Prometheus's
@@ -13,6 +18,8 @@ func Conformance() *Dashboard {
 		labelValues("workload", "workload", `gpulab_conformance_passed{job="gpulab_conformance", `+clusterMatcher+`, profile=~"$profile"}`,
 			"Kind of gang the run measured (gpucluster, raycluster, vcjob)."),
 		labelValues("feature", "feature", `gpulab_conformance_feature_passed{`+sel+`}`, "Suite features (controller, gang, latency)."),
+		labelValues("measurement", "name", `gpulab_conformance_baseline{`+sel+`, feature=~"$feature", unit="seconds"}`,
+			"Latency measurements that have a baseline band (pushed with --push-baseline)."),
 	)
 	passFail := valueText(choiceColor{"0", "FAIL", "red"}, choiceColor{"1", "PASS", "green"})
 	return d.row("Last run").add(
@@ -37,5 +44,28 @@ func Conformance() *Dashboard {
 			query(`gpulab_conformance_feature_duration_seconds{`+sel+`, feature=~"$feature"}`, "{{profile}} {{feature}}")),
 		timeseriesPanel("Samples", "Samples behind each measurement (clusters or gangs measured).", "short", 12,
 			query(`gpulab_conformance_measurement_samples{`+sel+`, feature=~"$feature"}`, "{{workload}} {{feature}} {{name}}")),
+	).row("Against the baseline").add(
+		againstBaseline(sel, "0.5", "p50"),
+		againstBaseline(sel, "0.99", "p99"),
 	)
+}
+
+// againstBaseline is one panel a measurement ($measurement repeats it):
+// the runs' quantile as a line inside the band the baseline runs spanned
+// (pushed with --push-baseline). Read it for one cluster and workload: the
+// band's series are named by their bound alone.
+func againstBaseline(sel, quantile, label string) *timeseries.PanelBuilder {
+	series := func(metric, extra string) string {
+		return metric + `{` + sel + `, feature=~"$feature", name=~"$measurement", unit="seconds", quantile="` + quantile + `"` + extra + `}`
+	}
+	return timeseriesPanel("$measurement "+label+" against the baseline",
+		"The "+label+" of each run (line) inside the lowest-to-highest range of the baseline runs (band). A run outside the band is worth a "+
+			"`gpulab-conformance compare`, which decides with a bootstrap interval and a minimum effect.", "s", 12,
+		query(series("gpulab_conformance_measurement", ""), "{{workload}} {{feature}} {{name}}"),
+		query(series("gpulab_conformance_baseline", `, bound="low"`), "baseline low"),
+		query(series("gpulab_conformance_baseline", `, bound="high"`), "baseline high"),
+	).Repeat("measurement").RepeatDirection(dashboard.PanelRepeatDirectionV).
+		OverrideByName("baseline low", []dashboard.DynamicConfigValue{{Id: "custom.lineWidth", Value: 0}, {Id: "custom.fillOpacity", Value: 0}}).
+		OverrideByName("baseline high", []dashboard.DynamicConfigValue{{Id: "custom.lineWidth", Value: 0}, {Id: "custom.fillBelowTo", Value: "baseline low"},
+			{Id: "custom.fillOpacity", Value: 20}})
 }

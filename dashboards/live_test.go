@@ -675,6 +675,10 @@ func runSuite(ctx context.Context, t *testing.T, c client.Client, suite, kubecon
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 	defer cancel()
+	baseline, err := filepath.Abs(filepath.Join("testdata", "baseline"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var before gpulabv1alpha1.GPUClusterList
 	if err := c.List(ctx, &before, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -683,7 +687,9 @@ func runSuite(ctx context.Context, t *testing.T, c client.Client, suite, kubecon
 		// The XID check needs the local profile's simulated agent: on
 		// --profile=cluster it would be skipped, and the run PARTIAL.
 		"--scale=2", "--feature=^(latency|inventory)$", "--skip-assess=critical XID", "--prometheus-url="+promURL, "--namespace="+ns,
-		"--out="+out, "--pushgateway-url="+pushURL, "--cluster-name="+liveCluster)
+		"--out="+out, "--pushgateway-url="+pushURL, "--cluster-name="+liveCluster,
+		// The band of the conformance dashboard's "Against the baseline" row.
+		"--push-baseline="+baseline)
 	log, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("conformance run failed: %v\n%s", err, tail(log, 8192))

@@ -11,17 +11,22 @@ import (
 // medianCommand merges repeated runs: median --out DIR run1.json run2.json
 // ... (or a directory of runs).
 func medianCommand(args []string, stdout, stderr io.Writer) int {
-	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--perfdata DIR] [--pushgateway-url URL] run1/results.json run2/results.json ... (or a directory of runs)"
+	const usage = "gpulab-conformance median --out DIR [--cluster-name NAME] [--perfdata DIR] [--pushgateway-url URL [--push-baseline PATH]] run1/results.json run2/results.json ... (or a directory of runs)"
 	fs := newCommandFlags("median", stderr, usage)
 	out := fs.String("out", "", "directory for the merged results.json, junit.xml, report.md and report.html")
 	clusterName := fs.String("cluster-name", "", "cluster name recorded in the merged results and its Pushgateway group")
 	push := fs.String("pushgateway-url", "", "also push the merged results to this Prometheus Pushgateway")
+	pushBaseline := fs.String("push-baseline", "", pushBaselineUsage)
 	perfData := fs.String("perfdata", "", perfDataUsage)
 	if code, ok := parseCommandFlags(fs, args); !ok {
 		return code
 	}
 	if *out == "" || fs.NArg() == 0 {
 		fmt.Fprintf(stderr, "usage: %s\n", usage)
+		return results.ExitUsage
+	}
+	if *pushBaseline != "" && *push == "" {
+		fmt.Fprintln(stderr, "--push-baseline needs --pushgateway-url")
 		return results.ExitUsage
 	}
 	if isFlagSet(fs, "perfdata") {
@@ -59,7 +64,14 @@ func medianCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *push != "" {
-		if err := results.Push(context.Background(), *push, merged); err != nil {
+		var baseline []*results.Results
+		if *pushBaseline != "" {
+			if baseline, err = results.ReadBaseline(*pushBaseline); err != nil {
+				fmt.Fprintln(stderr, err)
+				return results.ExitUsage
+			}
+		}
+		if err := results.Push(context.Background(), *push, merged, baseline...); err != nil {
 			fmt.Fprintln(stderr, err)
 			return results.ExitFailed
 		}

@@ -40,6 +40,35 @@ func TestMedianCommand(t *testing.T) {
 	}
 }
 
+// TestMedianCommandPushBaseline: the band's runs are read before the push
+// and a baseline that cannot be read is a usage error, not a push without
+// its band; --push-baseline alone is refused.
+func TestMedianCommandPushBaseline(t *testing.T) {
+	var pushes int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		pushes++
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	run := writeResultsFile(t, sampleRun([]string{"latency"}, map[string]float64{"latency/ready": 1}))
+	base := t.TempDir()
+	writeRuns(t, base, nil, 1, 2)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		pushes int
+	}{
+		{[]string{"--out", t.TempDir(), "--pushgateway-url", srv.URL, "--push-baseline", base, run}, 0, 1},
+		{[]string{"--out", t.TempDir(), "--pushgateway-url", srv.URL, "--push-baseline", filepath.Join(base, "none"), run}, 2, 1},
+		{[]string{"--out", t.TempDir(), "--push-baseline", base, run}, 2, 1},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := medianCommand(tc.args, &stdout, &stderr); code != tc.code || pushes != tc.pushes {
+			t.Errorf("%v: exit %d after %d pushes in all, want %d after %d: %s", tc.args, code, pushes, tc.code, tc.pushes, stderr.String())
+		}
+	}
+}
+
 // TestMedianCommandDirectory: a directory stands for the runs under it;
 // the merged results say how many runs they merged.
 func TestMedianCommandDirectory(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -85,8 +86,10 @@ type RunOptions struct {
 	Out            string
 	PerfData       string // also clusterloader2 PerfData files here (absolute; empty: none)
 	PushgatewayURL string
-	ClusterName    string
-	Verbose        bool
+	// PushBaseline names baseline runs whose range is pushed with the run.
+	PushBaseline string
+	ClusterName  string
+	Verbose      bool
 	// Timeout is the suite's own deadline (Deadline): the run then stops,
 	// cleans up, writes its results and ends FAILED.
 	Timeout time.Duration
@@ -164,6 +167,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"output", "out", "directory for results.json, junit.xml, report.md/html and logs", str(&o.Out, "_artifacts/conformance")},
 		{"output", "perfdata", perfDataUsage, str(&o.PerfData, "")},
 		{"output", "pushgateway-url", "push verdicts and measurements to this Prometheus Pushgateway", str(&o.PushgatewayURL, "")},
+		{"output", "push-baseline", pushBaselineUsage, str(&o.PushBaseline, "")},
 		{"output", "cluster-name", "names the cluster in results and the push grouping (default: the testbed or context name)", str(&o.ClusterName, "")},
 		{"output", "verbose", "print every assessment's log, not only failures'", boolean(&o.Verbose)},
 		{"output", "timeout", "stop the run after this long: it cleans up, writes its results and ends FAILED", dur(&o.Timeout, time.Hour)},
@@ -171,6 +175,9 @@ func runFlags(o *RunOptions) []runFlag {
 		{"output", "results-configmap", "also store the output, packed, in this NAMESPACE/NAME ConfigMap (the in-cluster runner's; retrieve reads it)", str(&o.ResultsConfigMap, "")},
 	}
 }
+
+// pushBaselineUsage describes --push-baseline, shared by run and median.
+const pushBaselineUsage = "with --pushgateway-url: also push the range of these baseline runs (`PATH`: results.json or a directory of runs), the dashboard's band"
 
 func setInt(p *int, def int) *int { *p = def; return p }
 
@@ -343,6 +350,14 @@ func (o *RunOptions) validate(set map[string]bool) error {
 		}
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--%s=%q: want an http:// or https:// URL", name, v)
+		}
+	}
+	if o.PushBaseline != "" {
+		if o.PushgatewayURL == "" {
+			return errors.New("--push-baseline needs --pushgateway-url")
+		}
+		if _, err := os.Stat(o.PushBaseline); err != nil {
+			return fmt.Errorf("--push-baseline: %w", err)
 		}
 	}
 	if err := o.validatePrometheusFiles(); err != nil {

@@ -88,6 +88,8 @@ func TestParseRunRejects(t *testing.T) {
 		{[]string{"--node-selector=a b=c"}, `label key "a b"`},
 		{[]string{"--cluster-name=a b"}, `--cluster-name="a b"`},
 		{[]string{"--prometheus-url=localhost:9090"}, "want an http:// or https:// URL"},
+		{[]string{"--push-baseline=conformance/baselines/local"}, "--push-baseline needs --pushgateway-url"},
+		{[]string{"--pushgateway-url=http://127.0.0.1:9091", "--push-baseline=/no/such/runs"}, "--push-baseline: stat /no/such/runs"},
 		{[]string{"--feature=("}, "--feature:"},
 		{[]string{"--image="}, "--image must not be empty"},
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
@@ -112,7 +114,7 @@ func TestMainDispatch(t *testing.T) {
 		}
 	}
 	// A line a command and a flag (no more), and none of Go's testing or klog flags.
-	if n := strings.Count(help, "\n"); n > 67 || strings.Contains(help, "test.") || strings.Contains(help, "v=") {
+	if n := strings.Count(help, "\n"); n > 68 || strings.Contains(help, "test.") || strings.Contains(help, "v=") {
 		t.Errorf("help is %d lines or lists foreign flags:\n%s", n, help)
 	}
 	if o, code := Main([]string{"frobnicate"}, &out, &errOut); o != nil || code != 2 {

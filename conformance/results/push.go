@@ -26,7 +26,12 @@ const PushJob = "gpulab_conformance"
 //	gpulab_conformance_measurement_samples{feature,name,unit}
 //	gpulab_conformance_passed                             1 when the verdict is PASSED
 //	gpulab_conformance_last_run_timestamp_seconds
-func Push(ctx context.Context, url string, r *Results) error {
+//	gpulab_conformance_baseline{feature,name,unit,quantile,bound}  with baseline runs: bound low and high
+//	                                                      are the lowest and highest value of that quantile over them
+//
+// The baseline series let the dashboard draw each measurement's trend
+// inside the band the baseline runs spanned.
+func Push(ctx context.Context, url string, r *Results, baseline ...*Results) error {
 	reg := prometheus.NewRegistry()
 	verdict := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_verdict", Help: "1 for the last run's verdict, 0 for the other verdicts."}, []string{"verdict"})
 	featureStatus := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_feature_status", Help: "1 for the feature's status in the last run, 0 for the other statuses."}, []string{"feature", "status"})
@@ -37,7 +42,9 @@ func Push(ctx context.Context, url string, r *Results) error {
 	samples := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_measurement_samples", Help: "Samples behind a measurement."}, []string{"feature", "name", "unit"})
 	overall := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_passed", Help: "1 if the last run's verdict is PASSED."})
 	when := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpulab_conformance_last_run_timestamp_seconds", Help: "End of the last run."})
-	reg.MustRegister(verdict, featureStatus, requirement, passed, duration, value, samples, overall, when)
+	band := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_baseline", Help: "The baseline runs' range of a measurement's quantile: bound low is the lowest value over the runs, high the highest."},
+		[]string{"feature", "name", "unit", "quantile", "bound"})
+	reg.MustRegister(verdict, featureStatus, requirement, passed, duration, value, samples, overall, when, band)
 	run := RunVerdict(r.Features, r.Requested...)
 	for _, v := range Verdicts {
 		verdict.WithLabelValues(string(v)).Set(boolValue(v == run))
@@ -61,6 +68,10 @@ func Push(ctx context.Context, url string, r *Results) error {
 		}
 		samples.WithLabelValues(m.Feature, m.Name, m.Unit).Set(float64(m.Samples))
 	}
+	for k, r := range BaselineBand(baseline) {
+		band.WithLabelValues(k.Feature, k.Name, k.Unit, k.Quantile, "low").Set(r.Low)
+		band.WithLabelValues(k.Feature, k.Name, k.Unit, k.Quantile, "high").Set(r.High)
+	}
 	overall.Set(boolValue(run == VerdictPassed))
 	when.Set(float64(r.EndTime.Unix()))
 	pusher := push.New(url, PushJob).Gatherer(reg).
@@ -71,6 +82,35 @@ func Push(ctx context.Context, url string, r *Results) error {
 		return fmt.Errorf("pushing results to %s: %w", url, err)
 	}
 	return nil
+}
+
+// BandKey names one quantile of one measurement in BaselineBand.
+type BandKey struct{ Feature, Name, Unit, Quantile string }
+
+// Band is the range a quantile spanned over baseline runs.
+type Band struct{ Low, High float64 }
+
+// BaselineBand is, for each measurement's quantile (0.5, 0.9, 0.99 and 1,
+// the max), the lowest and highest value over the runs. A measurement with
+// no samples in a run has no value there and does not widen the band.
+func BaselineBand(runs []*Results) map[BandKey]Band {
+	out := map[BandKey]Band{}
+	for _, r := range runs {
+		for _, m := range r.Measurements {
+			if m.Samples == 0 {
+				continue
+			}
+			for q, v := range map[string]float64{"0.5": m.P50, "0.9": m.P90, "0.99": m.P99, "1": m.Max} {
+				k := BandKey{m.Feature, m.Name, m.Unit, q}
+				b, seen := out[k]
+				if !seen {
+					b = Band{v, v}
+				}
+				out[k] = Band{min(b.Low, v), max(b.High, v)}
+			}
+		}
+	}
+	return out
 }
 
 // PushCluster is the cluster grouping label of a run: its ClusterName, or

@@ -2,11 +2,15 @@ package results
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
 
 // Two clusters of one profile, and two workloads on one cluster, must land
@@ -66,4 +70,87 @@ func pushGrouping(t *testing.T, line string) map[string]string {
 		out[parts[i]] = parts[i+1]
 	}
 	return out
+}
+
+// The band is each quantile's lowest and highest value over the baseline
+// runs; a run where a measurement has no samples does not widen it.
+func TestBaselineBand(t *testing.T) {
+	run := func(ms ...Measurement) *Results { return &Results{Measurements: ms} }
+	ready := func(p50, p99 float64) Measurement {
+		return Measurement{Feature: "latency", Name: "ready", Unit: "seconds", Samples: 100, P50: p50, P90: p50, P99: p99, Max: p99}
+	}
+	got := BaselineBand([]*Results{
+		run(ready(2, 5)),
+		run(ready(1, 7), Measurement{Feature: "latency", Name: "failover", Unit: "seconds"}),
+		run(ready(3, 6)),
+	})
+	want := map[BandKey]Band{
+		{"latency", "ready", "seconds", "0.5"}:  {1, 3},
+		{"latency", "ready", "seconds", "0.9"}:  {1, 3},
+		{"latency", "ready", "seconds", "0.99"}: {5, 7},
+		{"latency", "ready", "seconds", "1"}:    {5, 7},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("BaselineBand = %v, want %v", got, want)
+	}
+}
+
+// With baseline runs, the push carries the band's two bounds for each
+// quantile; without, no baseline series at all.
+func TestPushBaselineBand(t *testing.T) {
+	var pushes []map[string]float64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		pushes = append(pushes, baselineSeries(t, req))
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	r := &Results{Environment: Environment{Profile: "local"}, Measurements: []Measurement{Value("latency", "ready", "seconds", 2)}}
+	if err := Push(context.Background(), srv.URL, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := Push(context.Background(), srv.URL, r,
+		&Results{Measurements: []Measurement{Value("latency", "ready", "seconds", 1.5)}},
+		&Results{Measurements: []Measurement{Value("latency", "ready", "seconds", 2.5)}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pushes) != 2 {
+		t.Fatalf("%d pushes, want 2", len(pushes))
+	}
+	if len(pushes[0]) != 0 {
+		t.Errorf("a push without baseline runs carries baseline series %v", pushes[0])
+	}
+	want := map[string]float64{}
+	for _, q := range []string{"0.5", "0.9", "0.99", "1"} {
+		want["latency/ready/"+q+"/low"], want["latency/ready/"+q+"/high"] = 1.5, 2.5
+	}
+	if !reflect.DeepEqual(pushes[1], want) {
+		t.Errorf("baseline series %v, want %v", pushes[1], want)
+	}
+}
+
+// baselineSeries decodes a push and returns its gpulab_conformance_baseline
+// values by feature/name/quantile/bound.
+func baselineSeries(t *testing.T, req *http.Request) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	dec := expfmt.NewDecoder(req.Body, expfmt.ResponseFormat(req.Header))
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err == io.EOF {
+			return out
+		} else if err != nil {
+			t.Errorf("decoding the push: %v", err)
+			return out
+		}
+		if mf.GetName() != "gpulab_conformance_baseline" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			l := map[string]string{}
+			for _, p := range m.Label {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["feature"]+"/"+l["name"]+"/"+l["quantile"]+"/"+l["bound"]] = m.GetGauge().GetValue()
+		}
+	}
 }

@@ -28,6 +28,20 @@ func Runs(rs ...*Results) []Run {
 	return out
 }
 
+// ReadBaseline reads the runs path names (a results.json, or a directory
+// of runs as ReadRuns reads it), for the band pushed beside a run.
+func ReadBaseline(path string) ([]*Results, error) {
+	runs, _, err := ReadRuns(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the baseline %s: %w", path, err)
+	}
+	out := make([]*Results, len(runs))
+	for i, r := range runs {
+		out[i] = r.Results
+	}
+	return out, nil
+}
+
 // ReadRuns reads the runs that paths name. A file is read as it is. A
 // directory stands for every file named results.json under it, at any
 // depth, in lexical order of their paths; merged results (the output of
