@@ -267,12 +267,9 @@ func measured(ms ...results.Measurement) {
 // pushRun pushes the run, with the range of the baseline runs at
 // baselinePath when one is named.
 func pushRun(url, baselinePath string, r *results.Results) error {
-	var baseline []*results.Results
-	if baselinePath != "" {
-		var err error
-		if baseline, err = results.ReadBaseline(baselinePath); err != nil {
-			return err
-		}
+	baseline, err := results.ReadBaseline(baselinePath)
+	if err != nil {
+		return err
 	}
 	return results.Push(context.Background(), url, r, baseline...)
 }

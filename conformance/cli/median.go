@@ -64,12 +64,10 @@ func medianCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *push != "" {
-		var baseline []*results.Results
-		if *pushBaseline != "" {
-			if baseline, err = results.ReadBaseline(*pushBaseline); err != nil {
-				fmt.Fprintln(stderr, err)
-				return results.ExitUsage
-			}
+		baseline, err := results.ReadBaseline(*pushBaseline)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return results.ExitUsage
 		}
 		if err := results.Push(context.Background(), *push, merged, baseline...); err != nil {
 			fmt.Fprintln(stderr, err)

@@ -29,8 +29,12 @@ func Runs(rs ...*Results) []Run {
 }
 
 // ReadBaseline reads the runs path names (a results.json, or a directory
-// of runs as ReadRuns reads it), for the band pushed beside a run.
+// of runs as ReadRuns reads it), for the band pushed beside a run; an
+// empty path names none.
 func ReadBaseline(path string) ([]*Results, error) {
+	if path == "" {
+		return nil, nil
+	}
 	runs, _, err := ReadRuns(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the baseline %s: %w", path, err)
