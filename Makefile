@@ -162,7 +162,7 @@ conformance: testbed-binaries ## Run the conformance suite on a fresh local test
 
 NIGHTLY_RUNS     ?= 3
 NIGHTLY_OUT      ?= $(CURDIR)/_artifacts/nightly
-NIGHTLY_BASELINE ?= conformance/baselines/local.json
+NIGHTLY_BASELINE ?= conformance/baselines/local
 # The compare's flags: only the operator's own phase (create→pods created),
 # create→Ready and throughput fail the night (each gated measurement is
 # another chance of a false alarm; bind spread and queue wait flapped in

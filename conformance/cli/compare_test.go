@@ -149,11 +149,11 @@ func TestCompareCommandRuns(t *testing.T) {
 			[]string{"differs (compared anyway): scale N: baseline 100, current 50"}, nil},
 		{"current runs that differ among themselves are refused", append([]string{"--baseline", baseDir}, mixed...), 2, nil,
 			[]string{"current runs differ in workload: " + mixed[0] + " gpucluster, " + mixed[2] + " vcjob"}},
-		{"the v1 baseline in the tree against itself", []string{"--baseline", filepath.Join("..", "baselines", "local.json"), filepath.Join("..", "baselines", "local.json")}, 0,
+		{"the v1 baseline in the tree against itself", []string{"--baseline", filepath.Join("..", "results", "testdata", "v1-run.json"), filepath.Join("..", "results", "testdata", "v1-run.json")}, 0,
 			[]string{"comparison: ok"}, nil},
-		{"the v1 baseline against a run that records its host", []string{"--baseline", filepath.Join("..", "baselines", "local.json"),
+		{"the v1 baseline against a run that records its host", []string{"--baseline", filepath.Join("..", "results", "testdata", "v1-run.json"),
 			writeResultsFile(t, func() *results.Results {
-				r, err := results.Read(filepath.Join("..", "baselines", "local.json"))
+				r, err := results.Read(filepath.Join("..", "results", "testdata", "v1-run.json"))
 				if err != nil {
 					t.Fatal(err)
 				}

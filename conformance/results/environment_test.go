@@ -59,7 +59,7 @@ func TestEnvironmentHostJSON(t *testing.T) {
 	if strings.Contains(string(data), "host") || strings.Contains(string(data), "mergedRuns") {
 		t.Errorf("an unrecorded host or a run is written: %s", data)
 	}
-	r, err := Read(filepath.Join("..", "baselines", "local.json")) // v1
+	r, err := Read(filepath.Join("testdata", "v1-run.json")) // v1
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestReadRunsDirectory(t *testing.T) {
 // run that records its host it is not comparable unless allowed, against
 // another v1 run it is.
 func TestReadRunsV1(t *testing.T) {
-	v1, _, err := ReadRuns(filepath.Join("..", "baselines", "local.json"))
+	v1, _, err := ReadRuns(filepath.Join("testdata", "v1-run.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

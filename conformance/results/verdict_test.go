@@ -289,7 +289,7 @@ func TestSetupFailureIsFailed(t *testing.T) {
 // v1 results (the checked-in baseline) are still read, each feature one
 // assessment; other schemas are refused by name.
 func TestReadV1(t *testing.T) {
-	r, err := Read(filepath.Join("..", "baselines", "local.json"))
+	r, err := Read(filepath.Join("testdata", "v1-run.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
