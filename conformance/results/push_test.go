@@ -2,6 +2,7 @@ package results
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -136,7 +137,7 @@ func baselineSeries(t *testing.T, req *http.Request) map[string]float64 {
 	dec := expfmt.NewDecoder(req.Body, expfmt.ResponseFormat(req.Header))
 	for {
 		var mf dto.MetricFamily
-		if err := dec.Decode(&mf); err == io.EOF {
+		if err := dec.Decode(&mf); errors.Is(err, io.EOF) {
 			return out
 		} else if err != nil {
 			t.Errorf("decoding the push: %v", err)
