@@ -29,6 +29,12 @@ func medianCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "--push-baseline needs --pushgateway-url")
 		return results.ExitUsage
 	}
+	// Read before anything is written: a bad path is a usage error.
+	baseline, err := results.ReadBaseline(*pushBaseline)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return results.ExitUsage
+	}
 	if isFlagSet(fs, "perfdata") {
 		dir, err := preparePerfDataDir(*perfData)
 		if err != nil {
@@ -64,11 +70,6 @@ func medianCommand(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *push != "" {
-		baseline, err := results.ReadBaseline(*pushBaseline)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return results.ExitUsage
-		}
 		if err := results.Push(context.Background(), *push, merged, baseline...); err != nil {
 			fmt.Fprintln(stderr, err)
 			return results.ExitFailed

@@ -2,16 +2,12 @@ package results
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 )
 
 // Two clusters of one profile, and two workloads on one cluster, must land
@@ -101,7 +97,17 @@ func TestBaselineBand(t *testing.T) {
 func TestPushBaselineBand(t *testing.T) {
 	var pushes []map[string]float64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		pushes = append(pushes, baselineSeries(t, req))
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			t.Errorf("reading the push: %v", err)
+		}
+		baseline := map[string]float64{}
+		for k, v := range decodePush(t, req.Header.Get("Content-Type"), body) {
+			if strings.HasPrefix(k, "gpulab_conformance_baseline{") {
+				baseline[k] = v
+			}
+		}
+		pushes = append(pushes, baseline)
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
@@ -122,36 +128,12 @@ func TestPushBaselineBand(t *testing.T) {
 	}
 	want := map[string]float64{}
 	for _, q := range []string{"0.5", "0.9", "0.99", "1"} {
-		want["latency/ready/"+q+"/low"], want["latency/ready/"+q+"/high"] = 1.5, 2.5
+		series := func(bound string) string {
+			return `gpulab_conformance_baseline{bound="` + bound + `",feature="latency",name="ready",quantile="` + q + `",unit="seconds"}`
+		}
+		want[series("low")], want[series("high")] = 1.5, 2.5
 	}
 	if !reflect.DeepEqual(pushes[1], want) {
 		t.Errorf("baseline series %v, want %v", pushes[1], want)
-	}
-}
-
-// baselineSeries decodes a push and returns its gpulab_conformance_baseline
-// values by feature/name/quantile/bound.
-func baselineSeries(t *testing.T, req *http.Request) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	dec := expfmt.NewDecoder(req.Body, expfmt.ResponseFormat(req.Header))
-	for {
-		var mf dto.MetricFamily
-		if err := dec.Decode(&mf); errors.Is(err, io.EOF) {
-			return out
-		} else if err != nil {
-			t.Errorf("decoding the push: %v", err)
-			return out
-		}
-		if mf.GetName() != "gpulab_conformance_baseline" {
-			continue
-		}
-		for _, m := range mf.Metric {
-			l := map[string]string{}
-			for _, p := range m.Label {
-				l[p.GetName()] = p.GetValue()
-			}
-			out[l["feature"]+"/"+l["name"]+"/"+l["quantile"]+"/"+l["bound"]] = m.GetGauge().GetValue()
-		}
 	}
 }
