@@ -95,7 +95,7 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 			shape(1, 2, node), free-node+1, footprint.ContendingGangs, whole/2, node, shape(1, whole, node), needs(whole >= 2, "2 whole free nodes"))},
 		{"controller", fmt.Sprintf("valid: %s; leader failover: 1 head + 48 CPU-only workers", shape(1, 2, lw))},
 		{"inventory", "reads GPUInventories, nodes and per-GPU series; XID injection on the local profile only"},
-		{"job", fmt.Sprintf("2 GPUJobs of %s on a queue for one%s", shape(1, footprint.JobWorkers(room), node), needs(whole >= 1, "a whole free node"))},
+		{"job", fmt.Sprintf("2 GPUJobs of %s %s%s", shape(1, footprint.JobWorkers(room, jobQueued()), node), jobLimit(), needs(whole >= 1, "a whole free node"))},
 	}
 	if opts.RealGPUs {
 		lines = append(lines, struct{ feature, what string }{"accelerators", fmt.Sprintf("nvidia-smi pods on each of the %d pool nodes, one node at a time", len(pool))})
@@ -105,6 +105,14 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 			fmt.Fprintf(w, "  %-12s %s\n", l.feature, l.what)
 		}
 	}
+}
+
+// jobLimit is what lets the job feature's gangs run only one at a time.
+func jobLimit() string {
+	if jobQueued() {
+		return "on a queue for one"
+	}
+	return "that the free nodes fit one at a time"
 }
 
 func needs(ok bool, what string) string {

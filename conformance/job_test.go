@@ -18,41 +18,49 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
-// TestJob: two GPUJobs on a queue that fits one gang run back to back, and
-// the second gang binds as soon as the first job finishes. It runs wherever
-// gpulab is installed: the submitter (--submitter-image) sleeps and exits
-// on a real kubelet; kwok's stages finish it on the local testbed.
+// TestJob: two GPUJobs whose gangs fit only one at a time run back to
+// back, and the second gang binds as soon as the first job finishes. On
+// Volcano with nvidia.com/gpu a queue sized to one gang holds the second
+// back; where no queue can (kube-scheduler's gangs have none, and Volcano
+// v1.14's queues cannot count GPUs claimed through DRA) each gang takes
+// more than half the free nodes, so the scheduler's all-or-nothing is what
+// holds it back. It runs wherever gpulab is installed: the submitter
+// (--submitter-image) sleeps and exits on a real kubelet; kwok's stages
+// finish it on the local testbed.
 func TestJob(t *testing.T) {
 	const name = "job"
+	queued := jobQueued()
+	title := "two GPUJobs on a queue that fits one gang run back to back"
+	if !queued {
+		title = "two GPUJobs whose gangs do not fit together run back to back"
+	}
 	f := newPlan(name).
-		assess(results.RequirementNone, "two GPUJobs on a queue that fits one gang run back to back", func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+		assess(results.RequirementNone, title, func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			overCapacity(t)
 			gpulabOnly(t, "GPUJob")
-			if nativeGangs() {
-				skipf(t, "the queue that fits one gang is Volcano's; kube-scheduler's gangs (--scheduler=kubernetes) have no queues")
-			}
-			if draMode() {
-				// Its pods request no nvidia.com/gpu: the queue would hold
-				// nothing back, and the second job bind beside the first.
-				skipf(t, "the queue that fits one gang counts nvidia.com/gpu, and Volcano v1.14's queues cannot count GPUs claimed through DRA (v1.15's deviceclass/<class> capability keys can)")
-			}
 			s := newScenario(ctx, t, name)
 			r := freeCapacityOrSkip(ctx, t)
-			workers := footprint.JobWorkers(r)
-			queue := &schedulingv1beta1.Queue{
-				ObjectMeta: metav1.ObjectMeta{Name: "gpulab-conformance-job-" + opts.RunID, Labels: runLabels()},
-				Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),
-					Capability: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(workers*r.NodeGPUs), resource.DecimalSI)}},
+			workers := footprint.JobWorkers(r, queued)
+			queue := ""
+			if queued {
+				q := &schedulingv1beta1.Queue{
+					ObjectMeta: metav1.ObjectMeta{Name: "gpulab-conformance-job-" + opts.RunID, Labels: runLabels()},
+					Spec: schedulingv1beta1.QueueSpec{Weight: 1, Reclaimable: new(true),
+						Capability: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(workers*r.NodeGPUs), resource.DecimalSI)}},
+				}
+				if err := s.c.Create(ctx, q); err != nil {
+					fatalf(t, "creating queue: %v", err)
+				}
+				t.Cleanup(func() { _ = s.c.Delete(context.Background(), q) })
+				queue = q.Name
 			}
-			if err := s.c.Create(ctx, queue); err != nil {
-				fatalf(t, "creating queue: %v", err)
-			}
-			t.Cleanup(func() { _ = s.c.Delete(context.Background(), queue) })
 			for _, job := range []string{"first", "second"} {
 				// A job's first cluster is <job>-1: watch it from the start.
 				s.recorder.Expect(job+"-1", workers+1, time.Now())
 				gc := gpuCluster(job, int32(workers), int32(r.NodeGPUs))
-				gc.Spec.Scheduling.Queue = queue.Name
+				if queued {
+					gc.Spec.Scheduling.Queue = queue
+				}
 				j := &gpulabv1alpha1.GPUJob{
 					ObjectMeta: metav1.ObjectMeta{Name: job},
 					Spec: gpulabv1alpha1.GPUJobSpec{ClusterTemplate: &gc.Spec, Submitter: corev1.PodTemplateSpec{
@@ -63,8 +71,8 @@ func TestJob(t *testing.T) {
 				}
 			}
 			first, second := waitJob(ctx, t, s, "first"), waitJob(ctx, t, s, "second")
-			// Volcano may bind either gang first: whichever did, the other
-			// must not have bound while it held the queue.
+			// The scheduler may bind either gang first: whichever did, the
+			// other must not have bound while it held the queue or nodes.
 			timelines := s.recorder.Timelines()
 			if timelines[second.Status.ClusterName].AllBound.Before(timelines[first.Status.ClusterName].AllBound) {
 				first, second = second, first
@@ -81,6 +89,11 @@ func TestJob(t *testing.T) {
 		}).feature()
 	testenv.Test(t, f)
 }
+
+// jobQueued says the job feature's gangs wait on a Volcano queue: only
+// Volcano's gangs have queues, and only nvidia.com/gpu is what v1.14's
+// queues can count.
+func jobQueued() bool { return !nativeGangs() && !draMode() }
 
 func freeCapacityOrSkip(ctx context.Context, t *testing.T) footprint.Room {
 	r, err := freeCapacity(ctx, cluster.Client)

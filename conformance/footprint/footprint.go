@@ -131,8 +131,15 @@ func Overcommitted(r Room) (fits, n int) {
 // whole free nodes; each has Whole/2 workers of a whole node.
 const ContendingGangs = 4
 
-// JobWorkers is each GPUJob's whole-node workers; the job queue fits one gang.
-func JobWorkers(r Room) int { return min(r.Whole, 2) }
+// JobWorkers is each GPUJob's whole-node workers. On a queue sized to one
+// gang, 2; without one, the free nodes themselves must fit only one gang,
+// and two gangs of Whole/2+1 never fit together.
+func JobWorkers(r Room, queued bool) int {
+	if queued {
+		return min(r.Whole, 2)
+	}
+	return r.Whole/2 + 1
+}
 
 // BoundGPUs is what a pod holds on its node: the GPUs it requests (limits
 // stand in for requests, as the API server defaults them for extended

@@ -98,8 +98,13 @@ func TestShapes(t *testing.T) {
 			t.Errorf("overcommitted with %d whole nodes: %d fit, %d gangs; want %d, %d (more gangs than fit)", tc.whole, fits, n, tc.fits, tc.n)
 		}
 	}
-	if w := JobWorkers(Room{Whole: 5}); w != 2 {
-		t.Errorf("job workers %d", w)
+	if w := JobWorkers(Room{Whole: 5}, true); w != 2 {
+		t.Errorf("job workers on a queue %d", w)
+	}
+	for _, whole := range []int{1, 2, 5, 128} {
+		if w := JobWorkers(Room{Whole: whole}, false); w > whole || 2*w <= whole {
+			t.Errorf("job workers without a queue on %d whole nodes: %d, want one gang to fit and two not", whole, w)
+		}
 	}
 }
 
