@@ -322,6 +322,20 @@ func TestEverythingOn(t *testing.T) {
 
 		vsm := r.find(t, "ServiceMonitor", "gpulab-volcano-scheduler")
 		same(t, "Volcano ServiceMonitor namespace", vsm.GetNamespace(), "volcano-system")
+		// Volcano v1.14's queue counts come from vc-controller-manager,
+		// behind the installer's volcano-controllers-service.
+		csm := r.find(t, "ServiceMonitor", "gpulab-volcano-controller-manager")
+		same(t, "Volcano controller ServiceMonitor namespace", csm.GetNamespace(), "volcano-system")
+		selector, _, _ = unstructured.NestedStringMap(csm.Object, "spec", "selector", "matchLabels")
+		selects(t, selector, map[string]string{"app": "volcano-controller"})
+		endpoints, _, _ = unstructured.NestedSlice(csm.Object, "spec", "endpoints")
+		if len(endpoints) != 1 {
+			t.Fatalf("Volcano controller ServiceMonitor endpoints %v", endpoints)
+		}
+		port, _, _ := unstructured.NestedString(endpoints[0].(map[string]any), "port")
+		relabel, _, _ := unstructured.NestedSlice(endpoints[0].(map[string]any), "relabelings")
+		same(t, "Volcano controller ServiceMonitor port", port, "metrics")
+		same(t, "Volcano controller job relabeling", relabel, []any{map[string]any{"targetLabel": "job", "replacement": "volcano-controller-manager"}})
 	})
 
 	t.Run("PrometheusRule", func(t *testing.T) {
