@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,8 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/gpulab/gpulab/conformance/dra"
+	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/probe"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -162,7 +165,59 @@ func TestDRA(t *testing.T) {
 			checkNoSharedDevices(ctx, t)
 			return ctx
 		})
+	if opts.RealGPUs {
+		f = f.assess(results.RequirementSecureAcceleratorAccess, "a container claiming half of a node's devices sees exactly those, and one claiming none sees none (nvidia-smi)", draContainersSeeTheirDevices)
+	}
 	testenv.Test(t, f.feature())
+}
+
+// draContainersSeeTheirDevices (--real-gpus) runs nvidia-smi in two pods
+// on the freest node at once: one claims half its devices of
+// --device-class and holds them, so its claim stays allocated while it is
+// read; it must see exactly those, by the uuid their ResourceSlice
+// publishes. The other claims nothing and must see no GPU.
+func draContainersSeeTheirDevices(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
+	s := newScenario(ctx, t, "dra")
+	pool := draFreest(ctx, t, 1)
+	k := max(len(pool.Devices)/2, 1)
+	name := probe.Name("claim", pool.Node)
+	s.draClaimTemplate(ctx, name, k)
+	claimed := probe.Spec{Name: name, Node: pool.Node, GPUs: int64(k), ClaimTemplate: name, Hold: 2 * probeTimeout, Image: opts.ProbeImage, RuntimeClass: opts.RuntimeClass}
+	none := probe.Spec{Name: probe.Name("noclaim", pool.Node), Node: pool.Node, Image: opts.ProbeImage, RuntimeClass: opts.RuntimeClass}
+	var claim *resourceapi.ResourceClaim
+	logs, unplaced, ok := runPodsThen(ctx, t, s, func(pods []*corev1.Pod) { claim = draClaimOf(ctx, s, pods[0]) }, claimed, none)
+	skipIf(t, unplaced)
+	if !ok {
+		return ctx
+	}
+	if claim == nil || claim.Status.Allocation == nil {
+		fatalf(t, "pod %s ran without an allocated claim", claimed.Name)
+	}
+	devs := dra.Allocated([]resourceapi.ResourceClaim{*claim})[client.ObjectKeyFromObject(claim)]
+	var published resourceapi.ResourceSliceList
+	if err := s.c.List(ctx, &published); err != nil {
+		fatalf(t, "listing ResourceSlices: %v", err)
+	}
+	uuids, err := dra.UUIDs(published.Items, devs)
+	if err != nil {
+		fatalf(t, "%v", err)
+	}
+	out, _, _ := strings.Cut(logs[0], probe.Done)
+	seen, err := measure.ParseNvidiaSMICSV(strings.NewReader(out))
+	if err != nil {
+		fatalf(t, "probe pod %s on %s: reading nvidia-smi: %v", claimed.Name, pool.Node, err)
+	}
+	for _, m := range measure.CheckClaimed(seen, uuids) {
+		failf(t, "node %s, a pod claiming %d of its %d free devices: %s", pool.Node, k, len(pool.Devices), m)
+	}
+	visible, gpus, err := probe.NoGPUSeen(logs[1])
+	switch {
+	case err != nil:
+		failf(t, "node %s: %v", pool.Node, err)
+	case len(gpus) > 0:
+		failf(t, "node %s: a pod claiming no device sees %d GPUs (NVIDIA_VISIBLE_DEVICES=%s): %v", pool.Node, len(gpus), visible, gpus)
+	}
+	return ctx
 }
 
 // draPools are the device class's node-local pools in the footprint; the
@@ -244,16 +299,9 @@ func (s *scenario) draPod(ctx context.Context, name string, count int, nodes ...
 // not yet created.
 func (s *scenario) draPodFor(ctx context.Context, name string, count int, nodes ...string) *corev1.Pod {
 	s.t.Helper()
-	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: opts.DeviceClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(count)}}},
-		}}}}
-	if err := s.add(ctx, tmpl); err != nil {
-		fatalf(s.t, "creating ResourceClaimTemplate %s: %v", name, err)
-	}
+	s.draClaimTemplate(ctx, name, count)
 	spec := podTemplate("dra", 0).Spec
-	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &tmpl.Name}}
+	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &name}}
 	spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
 	// A node-name field selector takes one value: one term (ORed) a node.
 	terms := make([]corev1.NodeSelectorTerm, 0, len(nodes))
@@ -265,6 +313,20 @@ func (s *scenario) draPodFor(ctx context.Context, name string, count int, nodes 
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
 	}}
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: runLabels()}, Spec: spec}
+}
+
+// draClaimTemplate creates the ResourceClaimTemplate name, asking for
+// exactly count devices of --device-class.
+func (s *scenario) draClaimTemplate(ctx context.Context, name string, count int) {
+	s.t.Helper()
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: opts.DeviceClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(count)}}},
+		}}}}
+	if err := s.add(ctx, tmpl); err != nil {
+		fatalf(s.t, "creating ResourceClaimTemplate %s: %v", name, err)
+	}
 }
 
 // draHeld is how many devices of --device-class claims hold on each node:

@@ -271,6 +271,14 @@ func runProbes(ctx context.Context, t *testing.T, s *scenario, node corev1.Node,
 // failed fails t. The pods are deleted before it returns.
 func runPods(ctx context.Context, t *testing.T, s *scenario, specs ...probe.Spec) ([]string, string, bool) {
 	t.Helper()
+	return runPodsThen(ctx, t, s, nil, specs...)
+}
+
+// runPodsThen is runPods, calling then with the pods, as last read, once
+// all are done and before they are deleted: a holding pod's claim is still
+// allocated then.
+func runPodsThen(ctx context.Context, t *testing.T, s *scenario, then func([]*corev1.Pod), specs ...probe.Spec) ([]string, string, bool) {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	if err != nil {
 		fatalf(t, "%v", err)
@@ -347,6 +355,9 @@ func runPods(ctx context.Context, t *testing.T, s *scenario, specs ...probe.Spec
 			failf(t, "probe pod %s on %s: %s; its log: %q", p.Name, specs[i].Node, podState(p), tail(readLogs(p), 500))
 			return nil, "", false
 		}
+	}
+	if then != nil {
+		then(pods)
 	}
 	return logs, "", true
 }

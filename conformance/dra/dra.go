@@ -102,3 +102,39 @@ func Free(pools []Pool, allocated map[types.NamespacedName][]Device) []Pool {
 	}
 	return out
 }
+
+// UUIDAttribute is the device attribute holding a GPU's UUID, as NVIDIA's
+// DRA driver and gpulab's agent publish it.
+const UUIDAttribute resourceapi.QualifiedName = "uuid"
+
+// UUIDs are devs' UUIDs as their pools' newest slices publish them, in
+// devs' order. A device with no UUID there is an error naming it: what a
+// container sees cannot be checked against it.
+func UUIDs(slices []resourceapi.ResourceSlice, devs []Device) ([]string, error) {
+	type published struct {
+		uuid       string
+		generation int64
+	}
+	by := map[Device]published{}
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			k := Device{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Name: d.Name}
+			a, ok := d.Attributes[UUIDAttribute]
+			if !ok || a.StringValue == nil {
+				continue
+			}
+			if p, seen := by[k]; !seen || s.Spec.Pool.Generation > p.generation {
+				by[k] = published{*a.StringValue, s.Spec.Pool.Generation}
+			}
+		}
+	}
+	out := make([]string, 0, len(devs))
+	for _, d := range devs {
+		p, ok := by[d]
+		if !ok {
+			return nil, fmt.Errorf("device %s: no ResourceSlice publishes its %s attribute", d, UUIDAttribute)
+		}
+		out = append(out, p.uuid)
+	}
+	return out, nil
+}

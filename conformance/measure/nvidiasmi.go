@@ -273,3 +273,32 @@ func Disjoint(a, b []SMIGPU) []string {
 	}
 	return out
 }
+
+// CheckClaimed lists where what nvidia-smi saw in a pod whose GPUs came
+// through a ResourceClaim breaks secure accelerator access: it must see
+// exactly the claim's allocated devices, by the UUIDs their ResourceSlice
+// publishes (the uuid attribute of NVIDIA's DRA driver and gpulab's
+// agent). Nothing listed means it holds.
+func CheckClaimed(seen []SMIGPU, allocated []string) []string {
+	var out []string
+	if len(seen) != len(allocated) {
+		out = append(out, fmt.Sprintf("nvidia-smi sees %d GPUs, the claim was allocated %d", len(seen), len(allocated)))
+	}
+	mine := map[string]bool{}
+	for _, u := range allocated {
+		mine[u] = true
+	}
+	saw := map[string]bool{}
+	for _, s := range seen {
+		saw[s.UUID] = true
+		if !mine[s.UUID] {
+			out = append(out, fmt.Sprintf("nvidia-smi sees GPU %s (index %d), which the claim was not allocated", s.UUID, s.Index))
+		}
+	}
+	for _, u := range allocated {
+		if !saw[u] {
+			out = append(out, fmt.Sprintf("the claim was allocated GPU %s, which nvidia-smi does not see", u))
+		}
+	}
+	return out
+}

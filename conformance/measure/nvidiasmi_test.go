@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -229,6 +230,33 @@ func TestCheckSubset(t *testing.T) {
 	got := CheckSubset(two, 2, other)
 	if len(got) != 2 || got[0] != "nvidia-smi sees GPU "+two[0].UUID+" (index 0), which is not one of the node's 8" || !strings.Contains(got[1], two[1].UUID) {
 		t.Errorf("another node's GPUs: got %q", got)
+	}
+}
+
+func TestCheckClaimed(t *testing.T) {
+	h100 := sample(t, "h100-sxm-8.csv")
+	uuids := func(gs []SMIGPU) []string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.UUID)
+		}
+		return out
+	}
+	if got := CheckClaimed(h100[2:4], uuids(h100[2:4])); len(got) != 0 {
+		t.Errorf("exactly the claim's 2: %q", got)
+	}
+	// The container sees one of the claim's and one it was not allocated:
+	// the count agrees, the devices do not.
+	got := CheckClaimed([]SMIGPU{h100[2], h100[5]}, uuids(h100[2:4]))
+	want := []string{
+		"nvidia-smi sees GPU " + h100[5].UUID + " (index 5), which the claim was not allocated",
+		"the claim was allocated GPU " + h100[3].UUID + ", which nvidia-smi does not see",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("another GPU than allocated: got %q, want %q", got, want)
+	}
+	if got := CheckClaimed(h100, uuids(h100[:1])); len(got) != 8 || got[0] != "nvidia-smi sees 8 GPUs, the claim was allocated 1" {
+		t.Errorf("every GPU of the node for a claim of 1: got %q", got)
 	}
 }
 

@@ -34,6 +34,10 @@ type Spec struct {
 	// GPUs is how many GPUs it asks for; 0 asks for none (the negative
 	// check: it must see none).
 	GPUs int64
+	// ClaimTemplate, when set, is the ResourceClaimTemplate the pod's
+	// GPUs come from (Dynamic Resource Allocation) instead of GPUs
+	// nvidia.com/gpu; GPUs then only says the probe queries them.
+	ClaimTemplate string
 	// Hold keeps the pod, and its GPUs, after the query until deleted,
 	// printing Done once the query has.
 	Hold time.Duration
@@ -57,7 +61,10 @@ func Pod(s Spec) *corev1.Pod {
 		command = []string{"sh", "-c", strings.Join(measure.NvidiaSMIQuery, " ") + " && echo " + Done + " && exec sleep " + fmt.Sprint(int(s.Hold.Seconds()))}
 	}
 	ctr := corev1.Container{Name: "probe", Image: s.Image, Command: command}
-	if s.GPUs > 0 {
+	switch {
+	case s.ClaimTemplate != "":
+		ctr.Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	case s.GPUs > 0:
 		ctr.Resources.Limits = corev1.ResourceList{gfd.GPUResource: *resource.NewQuantity(s.GPUs, resource.DecimalSI)}
 	}
 	pod := &corev1.Pod{
@@ -72,6 +79,9 @@ func Pod(s Spec) *corev1.Pod {
 			}},
 			Containers: []corev1.Container{ctr},
 		},
+	}
+	if s.ClaimTemplate != "" {
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &s.ClaimTemplate}}
 	}
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass

@@ -45,6 +45,24 @@ func TestPodGoesThroughTheScheduler(t *testing.T) {
 	}
 }
 
+func TestClaimProbeTakesItsGPUsFromTheClaim(t *testing.T) {
+	p := Pod(Spec{Name: "smi-dra", Node: "gpu-7", GPUs: 4, ClaimTemplate: "smi-dra", Image: "cuda"})
+	ctr := p.Spec.Containers[0]
+	if _, ok := ctr.Resources.Limits["nvidia.com/gpu"]; ok {
+		t.Error("a claim probe also asks for nvidia.com/gpu: it would hold GPUs twice where both are served")
+	}
+	if len(ctr.Resources.Claims) != 1 || len(p.Spec.ResourceClaims) != 1 || ctr.Resources.Claims[0].Name != p.Spec.ResourceClaims[0].Name ||
+		p.Spec.ResourceClaims[0].ResourceClaimTemplateName == nil || *p.Spec.ResourceClaims[0].ResourceClaimTemplateName != "smi-dra" {
+		t.Errorf("claims: container %+v, pod %+v; want the container to use the pod's claim from template smi-dra", ctr.Resources.Claims, p.Spec.ResourceClaims)
+	}
+	if cmd := strings.Join(ctr.Command, " "); strings.Contains(cmd, "-L") {
+		t.Errorf("a claim probe runs the negative probe's command %q", cmd)
+	}
+	if Pod(Spec{Name: "x", Node: "n", GPUs: 1}).Spec.ResourceClaims != nil {
+		t.Error("a probe without a claim template has a claim")
+	}
+}
+
 func TestName(t *testing.T) {
 	if got := Name("all", "gpu-1"); got != "smi-all-gpu-1" {
 		t.Errorf("Name = %q", got)
