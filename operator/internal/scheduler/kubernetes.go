@@ -180,7 +180,7 @@ func (Kubernetes) Coverage(cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangS
 		missing = append(missing, "minResources (no queue admission: kube-scheduler checks the gang against free node capacity when it places it)")
 	}
 	if claimed := ClaimedDevices(cluster); claimed != "" {
-		missing = append(missing, "the GPUs claimed through DRA by "+claimed+" (PodGroup resource claims need the DRAWorkloadResourceClaims gate; each pod's claim is allocated when it is placed)")
+		missing = append(missing, "the GPUs claimed through DRA by "+claimed+" (a PodGroup's own resource claims are shared by all its pods, so they cannot give each worker its own; each pod's claim is allocated when it is placed)")
 	}
 	if cluster.Spec.Scheduling.Queue != "" && cluster.Spec.Scheduling.Queue != "default" {
 		// Refused by the CRD's validation; kept for objects stored before it.
