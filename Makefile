@@ -32,6 +32,11 @@ endif
 ifneq ($(KUBERAY_VERSION),)
 export GPULAB_KUBERAY_VERSION := $(KUBERAY_VERSION)
 endif
+# With GPU_ALLOCATION=dra and no VOLCANO_VERSION, the local profile runs
+# Volcano v1.14.1 rebuilt on Kubernetes v1.34.4's libraries
+# (binaries.DefaultDRAVolcanoVersion): as released, its DRA allocator can
+# give one device to two claims. VOLCANO_VERSION=v1.14.1 runs it as released.
+VOLCANO_DRA_VERSION := v1.14.1+k8s.1.34.4
 # The name becomes folders that `make testbed-down` removes: a DNS-1123 label
 # only (gpulab-testbed checks it too).
 ifneq ($(shell [[ '$(subst ','\'',$(TESTBED_NAME))' =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$$ ]] && echo ok),ok)
@@ -269,7 +274,8 @@ baseline: ## Promote runs to the nightly baseline NIGHTLY_BASELINE: make baselin
 # (WORKLOAD=raycluster), Prometheus and the Pushgateway for the dashboards.
 .PHONY: testbed-binaries
 testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano (VOLCANO_VERSION) from the Go module proxy (cached), and KubeRay's operator (KUBERAY_VERSION) for WORKLOAD=raycluster.
-	$(TESTBED) build $(if $(filter raycluster,$(WORKLOAD)),--kuberay)
+	$(TESTBED) build $(if $(filter raycluster,$(WORKLOAD)),--kuberay) \
+		$(if $(VOLCANO_VERSION),,$(if $(filter dra,$(GPU_ALLOCATION)),$(if $(filter local,$(PROFILE)),--volcano-version=$(VOLCANO_DRA_VERSION))))
 
 .PHONY: testbed-binaries-kuberay
 testbed-binaries-kuberay: $(TESTBED) ## testbed-binaries and KubeRay's operator.

@@ -54,6 +54,12 @@ type Options struct {
 	// then serves scheduling.k8s.io PodGroups (the GenericWorkload gate);
 	// a cluster must serve them already.
 	NativeGangs bool
+	// DRAGangs: the gangs claim their GPUs through DRA. With no Volcano
+	// version chosen ($GPULAB_VOLCANO_VERSION), the local testbed then runs
+	// binaries.DefaultDRAVolcanoVersion: the default release as released
+	// can allocate one device to two claims, which the suite would report
+	// on every run (docs/benchmarks/2026-12-03-dra.md).
+	DRAGangs bool
 	// OperatorMetricsURL is where the workload's operator serves /metrics,
 	// when it was given: for raycluster, a KubeRay that runs outside any
 	// Deployment (a process) is then taken as there.
@@ -138,6 +144,16 @@ func LocalFleet(opts Options) (local.Fleet, error) {
 	return local.ParseFleet(fmt.Sprintf("dgx-h100=%d", scale+scale/4+3))
 }
 
+// localVolcanoVersion is the Volcano the local testbed is told to run: ""
+// (the testbed's own choice: $GPULAB_VOLCANO_VERSION, else the default)
+// unless the gangs claim their GPUs through DRA and no version was chosen.
+func localVolcanoVersion(opts Options) string {
+	if opts.DRAGangs && os.Getenv(binaries.VolcanoVersionEnv) == "" {
+		return binaries.DefaultDRAVolcanoVersion
+	}
+	return ""
+}
+
 func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	fleet, err := LocalFleet(opts)
 	if err != nil {
@@ -146,7 +162,12 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	if opts.TestbedName == "" {
 		opts.TestbedName = "gpulab-conformance"
 	}
-	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute,
+	volcano := localVolcanoVersion(opts)
+	if volcano != "" {
+		fmt.Fprintf(opts.Log, "DRA gangs: Volcano %s, %s rebuilt on the fixed Kubernetes libraries (VOLCANO_VERSION=%s runs it as released)\n",
+			volcano, binaries.DefaultVolcanoVersion, binaries.DefaultVolcanoVersion)
+	}
+	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute, VolcanoVersion: volcano,
 		// KubeRay gets the concurrency and client limits the gpulab
 		// operator gets (newOperatorProcess), so their numbers compare.
 		KubeRay: opts.Workload == "raycluster", KubeRayReconcileConcurrency: ReconcileConcurrency, NativeGangs: opts.NativeGangs,

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 func kubeconfig(t *testing.T, server string) string {
@@ -89,5 +91,26 @@ func TestClusterProfileSaysWhatIsWrong(t *testing.T) {
 				t.Fatalf("Setup = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLocalVolcanoVersion: DRA gangs run the Volcano rebuilt on the fixed
+// Kubernetes libraries unless a version was chosen; everything else leaves
+// the choice to the testbed.
+func TestLocalVolcanoVersion(t *testing.T) {
+	for _, tc := range []struct {
+		dra  bool
+		env  string
+		want string
+	}{
+		{dra: true, want: binaries.DefaultDRAVolcanoVersion},
+		{dra: true, env: "v1.14.1"},
+		{dra: false},
+		{dra: false, env: "v1.10.0"},
+	} {
+		t.Setenv(binaries.VolcanoVersionEnv, tc.env)
+		if got := localVolcanoVersion(Options{DRAGangs: tc.dra}); got != tc.want {
+			t.Errorf("DRAGangs %v, $%s=%q: %q, want %q", tc.dra, binaries.VolcanoVersionEnv, tc.env, got, tc.want)
+		}
 	}
 }

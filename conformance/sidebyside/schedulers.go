@@ -142,7 +142,7 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 	}
 	var sides []schedulerSide
 	for i, v := range opts.VolcanoVersions {
-		tb, err := local.New(local.Options{Name: opts.TestbedName + "-" + strings.ReplaceAll(strings.TrimPrefix(v, "v"), ".", "-"),
+		tb, err := local.New(local.Options{Name: opts.TestbedName + "-" + strings.NewReplacer(".", "-", "+", "-").Replace(strings.TrimPrefix(v, "v")),
 			Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute, VolcanoVersion: v, NativeGangs: i == 0})
 		if err != nil {
 			return "", err

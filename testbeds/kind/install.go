@@ -35,13 +35,17 @@ const (
 // built from the binaries the local testbed builds and tagged with their
 // version, so that the versions' images coexist.
 func VolcanoSchedulerImage(version string) string {
-	return "gpulab-volcano/vc-scheduler:" + version
+	return "gpulab-volcano/vc-scheduler:" + imageTag(version)
 }
+
+// imageTag is a version as an image tag, which cannot hold semver's "+"
+// (v1.14.1+k8s.1.34.4 is tagged v1.14.1_k8s.1.34.4).
+func imageTag(version string) string { return strings.ReplaceAll(version, "+", "_") }
 
 // VolcanoControllerImage is the controller manager's image, tagged as
 // VolcanoSchedulerImage is.
 func VolcanoControllerImage(version string) string {
-	return "gpulab-volcano/vc-controller-manager:" + version
+	return "gpulab-volcano/vc-controller-manager:" + imageTag(version)
 }
 
 // gpulabRecipes are the images of the workloads the testbed installs:

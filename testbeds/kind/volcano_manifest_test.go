@@ -23,7 +23,7 @@ func TestVolcanoManifestFollowsTheVersion(t *testing.T) {
 	}
 	for _, version := range binaries.VolcanoVersions() {
 		t.Run(version, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "volcano.sh/volcano@"+version)
+			cmd := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "volcano.sh/volcano@"+binaries.VolcanoModuleVersion(version))
 			cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 			cmd.Dir = t.TempDir()
 			out, err := cmd.Output()
@@ -38,8 +38,8 @@ func TestVolcanoManifestFollowsTheVersion(t *testing.T) {
 			}
 			text := string(manifest)
 			for _, want := range []string{
-				"image: gpulab-volcano/vc-scheduler:" + version,
-				"image: gpulab-volcano/vc-controller-manager:" + version,
+				"image: " + VolcanoSchedulerImage(version),
+				"image: " + VolcanoControllerImage(version),
 				"imagePullPolicy: Never",
 				"name: volcano-scheduler-configmap",
 				"kind: CustomResourceDefinition",
@@ -57,6 +57,10 @@ func TestVolcanoManifestFollowsTheVersion(t *testing.T) {
 	}
 	if got := VolcanoSchedulerImage("v1.10.0"); got != "gpulab-volcano/vc-scheduler:v1.10.0" {
 		t.Errorf("VolcanoSchedulerImage(v1.10.0) = %q", got)
+	}
+	// A tag cannot hold semver's "+": a rebuild's is made of its name.
+	if got := VolcanoControllerImage("v1.14.1+k8s.1.34.4"); got != "gpulab-volcano/vc-controller-manager:v1.14.1_k8s.1.34.4" {
+		t.Errorf("VolcanoControllerImage(v1.14.1+k8s.1.34.4) = %q", got)
 	}
 }
 

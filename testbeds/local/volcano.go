@@ -91,7 +91,9 @@ func volcanoReleaseOf(version string) (volcanoRelease, error) {
 	if version == "" {
 		version = binaries.DefaultVolcanoVersion
 	}
-	r, ok := volcanoReleases[version]
+	// A rebuild on other libraries (v1.14.1+k8s.1.34.4) runs as its
+	// release does.
+	r, ok := volcanoReleases[binaries.VolcanoModuleVersion(version)]
 	if !ok {
 		return r, fmt.Errorf("the local testbed has no settings for Volcano %s (add them to volcanoReleases in testbeds/local/volcano.go)", version)
 	}

@@ -85,7 +85,7 @@ func TestVolcanoSettingsMatchTheModule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mod := downloadModule(t, "volcano.sh/volcano", version)
+			mod := downloadModule(t, "volcano.sh/volcano", binaries.VolcanoModuleVersion(version))
 			var crds []string
 			for _, dir := range r.crdDirs {
 				files, _ := filepath.Glob(filepath.Join(mod, filepath.FromSlash(dir), "*.yaml"))

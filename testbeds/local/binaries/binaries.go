@@ -29,6 +29,11 @@ const (
 	// choose another of VolcanoVersions or KubeRayVersions.
 	DefaultVolcanoVersion = "v1.14.1"
 	DefaultKubeRayVersion = "v1.6.2"
+	// DefaultDRAVolcanoVersion is the Volcano the conformance suite's
+	// local profile runs when the gangs claim their GPUs through DRA and no
+	// version is chosen: DefaultVolcanoVersion rebuilt on the Kubernetes
+	// libraries that fix its DRA allocator (volcanoRelease.kubernetes).
+	DefaultDRAVolcanoVersion = "v1.14.1+k8s.1.34.4"
 	// VolcanoVersion and KubeRayVersion are the defaults under their
 	// earlier names. What a testbed runs is its Set's (or
 	// local.Testbed.Versions).
@@ -337,7 +342,7 @@ func (b *builder) path(c component, bin string) string {
 func (b *builder) set(ctx context.Context) (*Set, error) {
 	path := b.path
 	volcano, kuberay := b.volcano(), b.kuberay()
-	volcanoDir, err := b.moduleDir(ctx, "volcano.sh/volcano", volcano.version)
+	volcanoDir, err := b.moduleDir(ctx, "volcano.sh/volcano", VolcanoModuleVersion(volcano.version))
 	if err != nil {
 		return nil, err
 	}

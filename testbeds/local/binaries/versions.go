@@ -1,6 +1,7 @@
 package binaries
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,6 +63,10 @@ func resolveVersion[R any](what, version, env, def string, known map[string]R, u
 		ErrUnknownVersion, what, version, source, strings.Join(sortedVersions(known), ", "), why)
 }
 
+// sortedVersions orders by semver, and a release's rebuilds (build
+// metadata, which semver ignores) after it by name.
 func sortedVersions[R any](releases map[string]R) []string {
-	return slices.SortedFunc(maps.Keys(releases), semver.Compare)
+	return slices.SortedFunc(maps.Keys(releases), func(a, b string) int {
+		return cmp.Or(semver.Compare(a, b), strings.Compare(a, b))
+	})
 }

@@ -2,6 +2,7 @@ package binaries
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,7 @@ func TestResolveVersions(t *testing.T) {
 		{ResolveVolcanoVersion, "v1.10.0", "", "v1.10.0"},
 		{ResolveVolcanoVersion, "", "v1.10.0", "v1.10.0"},
 		{ResolveVolcanoVersion, "v1.14.1", "v1.10.0", "v1.14.1"},
+		{ResolveVolcanoVersion, "", DefaultDRAVolcanoVersion, DefaultDRAVolcanoVersion},
 		{ResolveKubeRayVersion, "", "", DefaultKubeRayVersion},
 		{ResolveKubeRayVersion, "", "v1.5.0", "v1.5.0"},
 		{ResolveKubeRayVersion, "v1.6.2", "v1.5.0", "v1.6.2"},
@@ -44,7 +46,8 @@ func TestResolveVersions(t *testing.T) {
 		in, env  string
 		contains []string
 	}{
-		{ResolveVolcanoVersion, "v1.9.0", "", []string{`Volcano "v1.9.0"`, "v1.10.0, v1.14.1"}},
+		{ResolveVolcanoVersion, "v1.9.0", "", []string{`Volcano "v1.9.0"`, "v1.10.0, v1.14.1, v1.14.1+k8s.1.34.4"}},
+		{ResolveVolcanoVersion, "v1.14.1+k8s.1.34.5", "", []string{`"v1.14.1+k8s.1.34.5"`}},
 		{ResolveVolcanoVersion, "1.14.1", "", []string{`"1.14.1"`}},
 		{ResolveVolcanoVersion, "v1.15.1", "", []string{"volcano.sh/apis v1.15.x", "undefined: schedulingv1beta1.QueueAllocationGateKey"}},
 		{ResolveVolcanoVersion, "", "v1.11.0", []string{"$" + VolcanoVersionEnv}},
@@ -67,8 +70,14 @@ func TestResolveVersions(t *testing.T) {
 // TestDefaultsAreBuilt: the defaults are among the versions built, which
 // are listed oldest first.
 func TestDefaultsAreBuilt(t *testing.T) {
-	if v := VolcanoVersions(); !slices.Contains(v, DefaultVolcanoVersion) || !slices.Equal(v, []string{"v1.10.0", "v1.14.1"}) {
-		t.Errorf("VolcanoVersions() = %v, want v1.10.0 and v1.14.1 with the default %s", v, DefaultVolcanoVersion)
+	want := []string{"v1.10.0", "v1.14.1", "v1.14.1+k8s.1.34.4"}
+	if v := VolcanoVersions(); !slices.Contains(v, DefaultVolcanoVersion) || !slices.Contains(v, DefaultDRAVolcanoVersion) || !slices.Equal(v, want) {
+		t.Errorf("VolcanoVersions() = %v, want %v with the defaults %s and %s", v, want, DefaultVolcanoVersion, DefaultDRAVolcanoVersion)
+	}
+	for _, v := range VolcanoVersions() {
+		if _, ok := volcanoReleases[VolcanoModuleVersion(v)]; !ok {
+			t.Errorf("Volcano %s rebuilds %s, which is not built as released", v, VolcanoModuleVersion(v))
+		}
 	}
 	if v := KubeRayVersions(); !slices.Contains(v, DefaultKubeRayVersion) || !slices.Equal(v, []string{"v1.5.0", "v1.6.2"}) {
 		t.Errorf("KubeRayVersions() = %v, want v1.5.0 and v1.6.2 with the default %s", v, DefaultKubeRayVersion)
@@ -138,6 +147,15 @@ func TestCacheIsKeyedByVersion(t *testing.T) {
 	src, err := cur.srcDir("volcano", cur.opts.VolcanoVersion)
 	if err != nil || src != filepath.Join(cache, "src", "volcano-v1.14.1") {
 		t.Errorf("v1.14.1 build module in %s (%v), want src/volcano-v1.14.1", src, err)
+	}
+	// A rebuild on other libraries neither reuses nor overwrites the
+	// release's binaries or build module.
+	rebuild := builders[DefaultDRAVolcanoVersion]
+	if got, want := rebuild.volcano().dir(cache), filepath.Join(cache, "bin", "volcano-"+DefaultDRAVolcanoVersion); got != want {
+		t.Errorf("%s binaries in %s, want %s", DefaultDRAVolcanoVersion, got, want)
+	}
+	if src, err := rebuild.srcDir("volcano", rebuild.opts.VolcanoVersion); err != nil || src != filepath.Join(cache, "src", "volcano-"+DefaultDRAVolcanoVersion) {
+		t.Errorf("%s build module in %s (%v), want its own", DefaultDRAVolcanoVersion, src, err)
 	}
 
 	// Only v1.10.0 is "built": every base component of its set is there.
@@ -224,10 +242,60 @@ func TestDependentGoModRepeatsReplaces(t *testing.T) {
 	}
 }
 
-// TestCgoCFlagsMatchTheMakefile: the testbeds build the agent and the suite
-// with CgoCFlags so that they reuse what `make test` compiled; a Makefile
-// that exported other flags would silently make every kind run recompile.
-func TestCgoCFlagsMatchTheMakefile(t *testing.T) {
+// TestKubernetesLibraries: a rebuild moves k8s.io/kubernetes and the
+// staging modules pinned at its minor to the chosen patch, and leaves every
+// other replace as upstream pins it.
+func TestKubernetesLibraries(t *testing.T) {
+	const goMod = `module volcano.sh/volcano
+
+require k8s.io/kubernetes v1.34.1
+
+replace (
+	k8s.io/api => k8s.io/api v0.34.1
+	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.34.1
+	k8s.io/klog/v2 => k8s.io/klog/v2 v2.130.1
+	k8s.io/legacy-cloud-providers => k8s.io/legacy-cloud-providers v0.23.0
+	google.golang.org/grpc => google.golang.org/grpc v1.64.0
+)
+`
+	got, err := kubernetesLibraries("go.mod", []byte(goMod), volcanoReleases[DefaultDRAVolcanoVersion].kubernetes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"k8s.io/kubernetes":                  "v1.34.4",
+		"k8s.io/api":                         "v0.34.4",
+		"k8s.io/dynamic-resource-allocation": "v0.34.4",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("overrides %v, want %v", got, want)
+	}
+	out, err := dependentGoModFrom("volcano", "volcano.sh/volcano", "v1.14.1", "go.mod", []byte(goMod), got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"k8s.io/api => k8s.io/api v0.34.4", "k8s.io/kubernetes => k8s.io/kubernetes v1.34.4",
+		"k8s.io/klog/v2 => k8s.io/klog/v2 v2.130.1", "k8s.io/legacy-cloud-providers => k8s.io/legacy-cloud-providers v0.23.0"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("the build's go.mod lacks %q:\n%s", line, out)
+		}
+	}
+
+	if got, err := kubernetesLibraries("go.mod", []byte(goMod), ""); err != nil || len(got) != 0 {
+		t.Errorf("no rebuild: %v, %v; want no overrides", got, err)
+	}
+	for _, bad := range []string{"1.34.4", "v0.34.4", "v1.34.4-rc.0", "v1.35.0"} {
+		if _, err := kubernetesLibraries("go.mod", []byte(goMod), bad); err == nil {
+			t.Errorf("Kubernetes libraries %q: no error", bad)
+		}
+	}
+}
+
+// TestMakefileRepeatsConstants: the Makefile repeats two constants. The
+// testbeds build the agent and the suite with CgoCFlags so that they reuse
+// what `make test` compiled; a Makefile that exported other flags would
+// silently make every kind run recompile.
+func TestMakefileRepeatsConstants(t *testing.T) {
 	root, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -236,8 +304,14 @@ func TestCgoCFlagsMatchTheMakefile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "export CGO_CFLAGS ?= " + CgoCFlags + "\n"
-	if !strings.Contains(string(data), want) {
-		t.Fatalf("the Makefile does not contain %q", want)
+	for _, want := range []string{
+		"export CGO_CFLAGS ?= " + CgoCFlags + "\n",
+		// `make testbed-binaries GPU_ALLOCATION=dra` builds the Volcano
+		// the suite's local profile then runs.
+		"VOLCANO_DRA_VERSION := " + DefaultDRAVolcanoVersion + "\n",
+	} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("the Makefile does not contain %q", want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 )
 
 // volcanoRelease is how one Volcano version builds.
@@ -20,6 +21,13 @@ type volcanoRelease struct {
 	// zip leaves out; the apis module is released alongside, under its own
 	// tags.
 	apis string
+	// kubernetes, when set, is the Kubernetes release whose libraries the
+	// build uses instead of the ones upstream pins: k8s.io/kubernetes at
+	// this version and every k8s.io replace of the same minor at its
+	// v0.<minor>.<patch>. Such a build is named <release>+k8s.<version>
+	// (semver build metadata), so it has its own cache entry and the report
+	// says what ran.
+	kubernetes string
 }
 
 // volcanoReleases are the Volcano versions the testbed builds. Each one's
@@ -28,6 +36,10 @@ type volcanoRelease struct {
 var volcanoReleases = map[string]volcanoRelease{
 	"v1.10.0": {},
 	"v1.14.1": {apis: "v1.14.0"},
+	// v1.14.1 pins k8s.io/kubernetes v1.34.1, whose DRA allocator can hand
+	// one device to two claims (docs/benchmarks/2026-12-03-dra.md); v1.34.4
+	// fixes it, and no later Volcano release is served to build instead.
+	DefaultDRAVolcanoVersion: {apis: "v1.14.0", kubernetes: "v1.34.4"},
 	// v1.15.1 is one line away: {apis: "v1.15.x"} once the module proxy
 	// serves that volcano.sh/apis (see volcanoUnbuildable).
 }
@@ -44,6 +56,7 @@ var volcanoUnbuildable = map[string]string{
 // it verbatim but for the replaces the release overrides.
 func volcanoComponent(version string) component {
 	release := volcanoReleases[version]
+	module := VolcanoModuleVersion(version)
 	return component{
 		name:     "volcano",
 		version:  version,
@@ -53,11 +66,18 @@ func volcanoComponent(version string) component {
 			if err != nil {
 				return err
 			}
-			var overrides map[string]string
-			if release.apis != "" {
-				overrides = map[string]string{"volcano.sh/apis": release.apis}
+			file, upstream, err := b.goModOf(ctx, "volcano.sh/volcano", module)
+			if err != nil {
+				return err
 			}
-			goMod, err := dependentGoMod(ctx, b, "volcano", "volcano.sh/volcano", version, overrides)
+			overrides, err := kubernetesLibraries(file, upstream, release.kubernetes)
+			if err != nil {
+				return err
+			}
+			if release.apis != "" {
+				overrides["volcano.sh/apis"] = release.apis
+			}
+			goMod, err := dependentGoModFrom("volcano", "volcano.sh/volcano", module, file, upstream, overrides)
 			if err != nil {
 				return err
 			}
@@ -94,15 +114,60 @@ func volcanoComponent(version string) component {
 // cannot be repeated (the dependent has no such folder): it is an error
 // unless overridden.
 func dependentGoMod(ctx context.Context, b *builder, name, module, version string, overrides map[string]string) (string, error) {
+	file, data, err := b.goModOf(ctx, module, version)
+	if err != nil {
+		return "", err
+	}
+	return dependentGoModFrom(name, module, version, file, data, overrides)
+}
+
+// goModOf returns the path and content of a module version's go.mod.
+func (b *builder) goModOf(ctx context.Context, module, version string) (string, []byte, error) {
 	info, err := b.download(ctx, module, version)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	data, err := os.ReadFile(info.GoMod)
-	if err != nil {
-		return "", err
+	return info.GoMod, data, err
+}
+
+// VolcanoModuleVersion is the volcano.sh/volcano version a testbed
+// version builds from: the version without its build metadata
+// ("v1.14.1+k8s.1.34.4" builds v1.14.1).
+func VolcanoModuleVersion(version string) string {
+	module, _, _ := strings.Cut(version, "+")
+	return module
+}
+
+// kubernetesLibraries are the replaces that move an upstream go.mod to
+// Kubernetes release kubernetes ("" is none): k8s.io/kubernetes itself, and
+// each k8s.io replace pinned to a version of the same minor (the staging
+// modules, v0.<minor>.<patch>) at that release's patch. Other k8s.io
+// replaces (klog, utils, kube-openapi) are versioned on their own and stay.
+func kubernetesLibraries(file string, data []byte, kubernetes string) (map[string]string, error) {
+	overrides := map[string]string{}
+	if kubernetes == "" {
+		return overrides, nil
 	}
-	return dependentGoModFrom(name, module, version, info.GoMod, data, overrides)
+	if !semver.IsValid(kubernetes) || semver.Major(kubernetes) != "v1" || semver.Prerelease(kubernetes) != "" {
+		return nil, fmt.Errorf("kubernetes libraries %q: want a release v1.<minor>.<patch>", kubernetes)
+	}
+	staging := "v0" + strings.TrimPrefix(semver.Canonical(kubernetes), "v1")
+	upstream, err := modfile.Parse(file, data, nil)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", file, err)
+	}
+	for _, r := range upstream.Replace {
+		if strings.HasPrefix(r.Old.Path, "k8s.io/") && r.New.Path == r.Old.Path &&
+			semver.MajorMinor(r.New.Version) == semver.MajorMinor(staging) {
+			overrides[r.Old.Path] = staging
+		}
+	}
+	if len(overrides) == 0 {
+		return nil, fmt.Errorf("%s pins no k8s.io module of Kubernetes %s's minor (%s): nothing to move", file, kubernetes, semver.MajorMinor(staging))
+	}
+	overrides["k8s.io/kubernetes"] = kubernetes
+	return overrides, nil
 }
 
 // dependentGoModFrom is dependentGoMod on the upstream go.mod's content.
