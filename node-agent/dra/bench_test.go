@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -86,18 +87,16 @@ func BenchmarkSliceLatency(b *testing.B) {
 // devices.
 func waitForDevices(b *testing.B, kube kubernetes.Interface, node string, n int) {
 	b.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, err := kube.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	var served int
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
-			b.Fatal(err)
+			return false, err
 		}
-		if len(l.Items) == 1 && len(l.Items[0].Spec.Devices) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("node %s: %d slices, not one with %d devices, within 30s", node, len(l.Items), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+		served = len(l.Items)
+		return served == 1 && len(l.Items[0].Spec.Devices) == n, nil
+	})
+	if err != nil {
+		b.Fatalf("node %s: %d slices, not one with %d devices, within 30s: %v", node, served, n, err)
 	}
 }

@@ -78,6 +78,9 @@ func TestDefaultsAreBuilt(t *testing.T) {
 		if _, ok := volcanoReleases[VolcanoModuleVersion(v)]; !ok {
 			t.Errorf("Volcano %s rebuilds %s, which is not built as released", v, VolcanoModuleVersion(v))
 		}
+		if _, err := volcanoKubernetes(v); err != nil {
+			t.Error(err)
+		}
 	}
 	if v := KubeRayVersions(); !slices.Contains(v, DefaultKubeRayVersion) || !slices.Equal(v, []string{"v1.5.0", "v1.6.2"}) {
 		t.Errorf("KubeRayVersions() = %v, want v1.5.0 and v1.6.2 with the default %s", v, DefaultKubeRayVersion)
@@ -258,7 +261,11 @@ replace (
 	google.golang.org/grpc => google.golang.org/grpc v1.64.0
 )
 `
-	got, err := kubernetesLibraries("go.mod", []byte(goMod), volcanoReleases[DefaultDRAVolcanoVersion].kubernetes)
+	kubernetes, err := volcanoKubernetes(DefaultDRAVolcanoVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kubernetesLibraries("go.mod", []byte(goMod), kubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +288,12 @@ replace (
 		}
 	}
 
+	if got, err := volcanoKubernetes("v1.14.1"); err != nil || got != "" {
+		t.Errorf("a release as it is asks for Kubernetes libraries %q, %v; want none", got, err)
+	}
+	if _, err := volcanoKubernetes("v1.14.1+patched"); err == nil {
+		t.Error("a rebuild named v1.14.1+patched: no error")
+	}
 	if got, err := kubernetesLibraries("go.mod", []byte(goMod), ""); err != nil || len(got) != 0 {
 		t.Errorf("no rebuild: %v, %v; want no overrides", got, err)
 	}

@@ -21,13 +21,6 @@ type volcanoRelease struct {
 	// zip leaves out; the apis module is released alongside, under its own
 	// tags.
 	apis string
-	// kubernetes, when set, is the Kubernetes release whose libraries the
-	// build uses instead of the ones upstream pins: k8s.io/kubernetes at
-	// this version and every k8s.io replace of the same minor at its
-	// v0.<minor>.<patch>. Such a build is named <release>+k8s.<version>
-	// (semver build metadata), so it has its own cache entry and the report
-	// says what ran.
-	kubernetes string
 }
 
 // volcanoReleases are the Volcano versions the testbed builds. Each one's
@@ -36,10 +29,13 @@ type volcanoRelease struct {
 var volcanoReleases = map[string]volcanoRelease{
 	"v1.10.0": {},
 	"v1.14.1": {apis: "v1.14.0"},
-	// v1.14.1 pins k8s.io/kubernetes v1.34.1, whose DRA allocator can hand
-	// one device to two claims (docs/benchmarks/2026-12-03-dra.md); v1.34.4
-	// fixes it, and no later Volcano release is served to build instead.
-	DefaultDRAVolcanoVersion: {apis: "v1.14.0", kubernetes: "v1.34.4"},
+	// A rebuild, <release>+k8s.<major>.<minor>.<patch> (semver build
+	// metadata): the release's source and entry, on that Kubernetes
+	// release's libraries (volcanoKubernetes). v1.14.1 pins k8s.io/kubernetes
+	// v1.34.1, whose DRA allocator can hand one device to two claims
+	// (docs/benchmarks/2026-12-03-dra.md); v1.34.4 fixes it, and no later
+	// Volcano release is served to build instead.
+	DefaultDRAVolcanoVersion: {},
 	// v1.15.1 is one line away: {apis: "v1.15.x"} once the module proxy
 	// serves that volcano.sh/apis (see volcanoUnbuildable).
 }
@@ -55,8 +51,8 @@ var volcanoUnbuildable = map[string]string{
 // block, which a dependent module must repeat; the throwaway module copies
 // it verbatim but for the replaces the release overrides.
 func volcanoComponent(version string) component {
-	release := volcanoReleases[version]
 	module := VolcanoModuleVersion(version)
+	release := volcanoReleases[module]
 	return component{
 		name:     "volcano",
 		version:  version,
@@ -70,7 +66,11 @@ func volcanoComponent(version string) component {
 			if err != nil {
 				return err
 			}
-			overrides, err := kubernetesLibraries(file, upstream, release.kubernetes)
+			kubernetes, err := volcanoKubernetes(version)
+			if err != nil {
+				return err
+			}
+			overrides, err := kubernetesLibraries(file, upstream, kubernetes)
 			if err != nil {
 				return err
 			}
@@ -137,6 +137,21 @@ func (b *builder) goModOf(ctx context.Context, module, version string) (string, 
 func VolcanoModuleVersion(version string) string {
 	module, _, _ := strings.Cut(version, "+")
 	return module
+}
+
+// volcanoKubernetes is the Kubernetes release whose libraries a rebuild's
+// name asks for ("v1.14.1+k8s.1.34.4" asks for v1.34.4), or "" for a
+// release built as it is.
+func volcanoKubernetes(version string) (string, error) {
+	_, build, ok := strings.Cut(version, "+")
+	if !ok {
+		return "", nil
+	}
+	release, ok := strings.CutPrefix(build, "k8s.")
+	if !ok {
+		return "", fmt.Errorf("volcano %s: a rebuild is named <release>+k8s.<major>.<minor>.<patch>", version)
+	}
+	return "v" + release, nil
 }
 
 // kubernetesLibraries are the replaces that move an upstream go.mod to
