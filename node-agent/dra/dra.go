@@ -17,7 +17,6 @@ package dra
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,18 +25,17 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/draclass"
 )
 
-// DefaultDriverName is gpulab's DRA driver, the attribute domain of its
-// devices and the name of its DeviceClass: apart from NVIDIA's
-// gpu.nvidia.com, so both can run in one cluster.
-const DefaultDriverName = "gpu.gpulab.io"
+// DefaultDriverName is gpulab's DRA driver (internal/draclass says why
+// its name is its own).
+const DefaultDriverName = draclass.DriverName
 
 // Devices are the Healthy GPUs of a node's inventory as DRA devices, in
 // index order (the allocator fills the first that fit). A GPU without a
@@ -197,12 +195,4 @@ func (p *Publisher) Stop() {
 
 // DeviceClass selects every full GPU of driver, as NVIDIA's gpu.nvidia.com
 // class selects its own: claims ask for it by the driver's name.
-func DeviceClass(driver string) *resourceapi.DeviceClass {
-	return &resourceapi.DeviceClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: driver},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == 'gpu'", driver, driver),
-		}}}},
-	}
-}
+func DeviceClass(driver string) *resourceapi.DeviceClass { return draclass.GPUClass(driver) }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpulab/gpulab/node-agent/dra"
+	"github.com/gpulab/gpulab/internal/draclass"
 )
 
 // draClaimsGetOnlyTheirDevices switches the cluster's agents to DRA mode
@@ -41,7 +41,7 @@ func draClaimsGetOnlyTheirDevices(ctx context.Context, t *testing.T, c *Cluster,
 		clear(uuidOf)
 		for _, s := range slices.Items {
 			for _, d := range s.Spec.Devices {
-				if s.Spec.Driver == dra.DefaultDriverName && d.Attributes["uuid"].StringValue != nil {
+				if s.Spec.Driver == draclass.DriverName && d.Attributes["uuid"].StringValue != nil {
 					uuidOf[d.Name] = *d.Attributes["uuid"].StringValue
 				}
 			}
@@ -67,7 +67,7 @@ func draClaimsGetOnlyTheirDevices(ctx context.Context, t *testing.T, c *Cluster,
 		claim := &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dra.DefaultDriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
+				Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: draclass.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
 			}}}},
 		}
 		if _, err := cs.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
-	nodedra "github.com/gpulab/gpulab/node-agent/dra"
+	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -56,14 +56,14 @@ func agentComponent(workdir, kubeconfig, binary string, metricsPort int, dra boo
 		},
 	}
 	if dra {
-		c.Args = append(c.Args, "--dra-driver="+nodedra.DefaultDriverName)
+		c.Args = append(c.Args, "--dra-driver="+draclass.DriverName)
 	}
 	return c
 }
 
 // applyDeviceClass creates the DeviceClass of the agent's DRA devices.
 func applyDeviceClass(ctx context.Context, c client.Client) error {
-	dc := nodedra.DeviceClass(nodedra.DefaultDriverName)
+	dc := draclass.GPUClass(draclass.DriverName)
 	if err := c.Create(ctx, dc); err != nil && !isAlreadyExists(err) {
 		return fmt.Errorf("creating DeviceClass %s: %w", dc.Name, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -29,6 +30,7 @@ commands:
   status   show the testbed's processes, nodes and queue
   restart  restart one component by its PID (gpulab-testbed restart kube-apiserver)
   env      print KUBECONFIG and KUBEBUILDER_ASSETS exports for a shell
+  version  print the version (also --version)
 
 The testbed name is a DNS-1123 label (lower-case letters, digits, '-').
 
@@ -76,6 +78,10 @@ func run(ctx context.Context, args []string) error {
 		fs.SetOutput(os.Stdout)
 		fs.Usage()
 		return flag.ErrHelp
+	case "version", "-version", "--version":
+		// Like every gpulab binary: answered before any flag is checked.
+		fmt.Println("gpulab-testbed", version.Get())
+		return nil
 	}
 	if kindCommands[cmd] {
 		return runKind(ctx, cmd, args[1:])
