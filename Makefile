@@ -158,16 +158,31 @@ GPU_ALLOCATION    ?= extended-resource
 # node image is built first if missing: `make kind-image`).
 PROFILE           ?= local
 
+# SUITE_EXIT_FILE is set by hack/suite-exit.sh: the recipe then writes the
+# suite's exit code there and succeeds, and the script exits with it. make
+# itself turns every failed recipe into 2, so without the script 1 (failed
+# or regressed), 2 (cannot compare) and 3 (partial) all read as 2.
+SUITE_EXIT_FILE ?=
+suite_exit = if [[ -n "$(SUITE_EXIT_FILE)" ]]; then echo $$rc > "$(SUITE_EXIT_FILE)"; exit 0; fi; exit $$rc
+# A cluster profile runs on nodes that exist: nothing to build for them.
+SUITE_BINARIES = $(if $(filter cluster,$(PROFILE)),,testbed-binaries)
+
 .PHONY: conformance
-conformance: testbed-binaries ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes, GPU_ALLOCATION=extended-resource|dra) and print the report.
+conformance: $(SUITE_BINARIES) ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind|cluster, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes, GPU_ALLOCATION=extended-resource|dra) and print the report; hack/suite-exit.sh conformance returns its exit code (0 passed, 1 failed, 3 partial).
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scheduler=$(SCHEDULER) --gpu-allocation=$(GPU_ALLOCATION) --scale=$(CONFORMANCE_SCALE) \
-		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS)
+	rc=0; $(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scheduler=$(SCHEDULER) --gpu-allocation=$(GPU_ALLOCATION) --scale=$(CONFORMANCE_SCALE) \
+		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS) || rc=$$?; \
+	$(suite_exit)
 
 NIGHTLY_RUNS     ?= 3
 NIGHTLY_OUT      ?= $(CURDIR)/_artifacts/nightly
-NIGHTLY_BASELINE ?= conformance/baselines/local
+# The baseline lives where the nightly runs: the local testbed's is this
+# repository's (recorded on the project's 2-CPU machine: another host class
+# is refused, exit 2; point NIGHTLY_BASELINE at a directory of your own and
+# the first night records it); kind's and a cluster's stay on this machine
+# unless NIGHTLY_BASELINE=configmap:NAMESPACE/NAME keeps it in the cluster.
+NIGHTLY_BASELINE ?= $(if $(filter local,$(PROFILE)),conformance/baselines/local,$(CURDIR)/_artifacts/baselines/$(PROFILE))
 # The compare's flags: only the operator's own phase (create→pods created),
 # create→Ready and throughput fail the night (each gated measurement is
 # another chance of a false alarm; bind spread and queue wait flapped in
@@ -177,42 +192,20 @@ NIGHTLY_COMPARE_ARGS ?= --gate='^latency/(create_to_pods_created|create_to_pods_
 NIGHTLY_ALLOW_PARTIAL ?=
 PUSHGATEWAY_URL  ?=
 
-# Each run's exit code is its verdict (0 passed, 1 failed, 3 partial), so the
-# runs call the suite binary themselves (make would turn 3 into 2). The
-# median, the push and the comparison still cover every run that wrote
-# results, so a failed night keeps its numbers; then the verdicts decide.
+# The night is one command, `gpulab-conformance nightly` (the CronJob's and
+# CI's too): runs, median, push, comparison, first-night recording and the
+# exit code (0 nothing regressed, 1 regression or failed run, 2 cannot
+# compare, 3 partial), which hack/suite-exit.sh nightly returns past make.
 .PHONY: nightly
-nightly: testbed-binaries ## Run the suite NIGHTLY_RUNS times (PROFILE=local|kind|cluster; cluster: KUBECONFIG and the footprint in CONFORMANCE_ARGS), merge them (median, pushed if PUSHGATEWAY_URL is set), compare every run with the baseline runs (NIGHTLY_COMPARE_ARGS adds compare flags); exit 1 on a regression, a failed run or a partial one (NIGHTLY_ALLOW_PARTIAL=1 allows partial).
-	rm -rf $(NIGHTLY_OUT)
+nightly: $(SUITE_BINARIES) ## Run the suite NIGHTLY_RUNS times (PROFILE=local|kind|cluster; cluster: KUBECONFIG and the footprint in CONFORMANCE_ARGS), push the median if PUSHGATEWAY_URL is set, and compare the runs with NIGHTLY_BASELINE (recorded there on the first night); hack/suite-exit.sh nightly returns its exit code.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	failed=0; partial=0; \
-	for i in $$(seq 1 $(NIGHTLY_RUNS)); do \
-		rc=0; \
-		$(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --scale=$(CONFORMANCE_SCALE) \
-			--out=$(NIGHTLY_OUT)/run-$$i $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS) || rc=$$?; \
-		case $$rc in \
-			0) ;; \
-			3) partial=$$((partial + 1)) ;; \
-			*) failed=$$((failed + 1)) ;; \
-		esac; \
-		echo "nightly: run $$i exited $$rc"; \
-	done; \
-	shopt -s nullglob; runs=($(NIGHTLY_OUT)/run-*/results.json); \
-	if (( $${#runs[@]} == 0 )); then echo "nightly: no run wrote results" >&2; exit 1; fi; \
-	rc=0; \
-	$(BIN)/gpulab-conformance median --out $(NIGHTLY_OUT)/median --perfdata $(NIGHTLY_OUT)/perfdata \
-		$(if $(PUSHGATEWAY_URL),--pushgateway-url $(PUSHGATEWAY_URL) --push-baseline $(NIGHTLY_BASELINE)) "$${runs[@]}" || rc=1; \
-	$(BIN)/gpulab-conformance compare --baseline $(NIGHTLY_BASELINE) $(NIGHTLY_COMPARE_ARGS) "$${runs[@]}" || rc=1; \
-	if (( failed > 0 )); then echo "nightly: $$failed of $(NIGHTLY_RUNS) runs failed" >&2; rc=1; fi; \
-	if (( partial > 0 )); then \
-		if [[ "$(NIGHTLY_ALLOW_PARTIAL)" == 1 ]]; then \
-			echo "nightly: $$partial of $(NIGHTLY_RUNS) runs partial (allowed by NIGHTLY_ALLOW_PARTIAL=1)"; \
-		else \
-			echo "nightly: $$partial of $(NIGHTLY_RUNS) runs partial (NIGHTLY_ALLOW_PARTIAL=1 allows that)" >&2; rc=1; \
-		fi; \
-	fi; \
-	exit $$rc
+	rc=0; $(BIN)/gpulab-conformance nightly --runs=$(NIGHTLY_RUNS) --out=$(NIGHTLY_OUT) --baseline=$(NIGHTLY_BASELINE) \
+		--perfdata=$(NIGHTLY_OUT)/perfdata $(if $(PUSHGATEWAY_URL),--pushgateway-url=$(PUSHGATEWAY_URL)) \
+		$(if $(filter 1,$(NIGHTLY_ALLOW_PARTIAL)),--allow-partial) $(NIGHTLY_COMPARE_ARGS) \
+		-- --verbose --timeout=40m --profile=$(PROFILE) --scale=$(CONFORMANCE_SCALE) \
+		$(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS) || rc=$$?; \
+	$(suite_exit)
 
 COMPARE_ROUNDS ?= 3
 COMPARE_SCALES ?= 100,300
@@ -262,10 +255,10 @@ noise-check: testbed-binaries ## Measure the nightly compare's false alarms and 
 
 FROM ?=
 .PHONY: baseline
-baseline: ## Promote runs to the nightly baseline NIGHTLY_BASELINE: make baseline FROM=_artifacts/nightly (every run in it) into a directory, or FROM=one/results.json into a .json file.
+baseline: ## Promote runs to the nightly baseline NIGHTLY_BASELINE (a directory, or configmap:NAMESPACE/NAME in the cluster): make baseline FROM=_artifacts/nightly (every run in it), or FROM=one/results.json into a .json file.
 	@[[ -n "$(FROM)" ]] || { echo "usage: make baseline FROM=_artifacts/nightly (a directory of runs, or results.json files)" >&2; exit 2; }
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
-	$(BIN)/gpulab-conformance baseline --to $(NIGHTLY_BASELINE) $(FROM)
+	$(BIN)/gpulab-conformance baseline promote --to $(NIGHTLY_BASELINE) $(FROM)
 
 ##@ Local testbed
 

@@ -64,7 +64,8 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 	s := &scenario{t: t, feature: feature, ns: opts.Namespace, c: cluster.Client, gangs: map[string]client.Object{}}
 	if s.ns == "" {
 		nsSeq++
-		s.ns, s.ownNS = fmt.Sprintf("gpulab-conformance-%s-%d-%s", feature, nsSeq, opts.RunID[strings.LastIndex(opts.RunID, "-")+1:]), true
+		// The whole run id: runs a-1 and b-1 must not share a namespace.
+		s.ns, s.ownNS = cleanup.ScenarioNamespace(feature, nsSeq, opts.RunID), true
 		if err := s.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: runLabels()}}); err != nil {
 			fatalf(t, "creating namespace: %v", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -86,8 +87,9 @@ func TestMain(m *testing.M) {
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
 	run.Requested = results.Requested(results.Ask{
 		Filtered: o.Features != "" || o.SkipFeatures != "" || o.Assess != "" || o.SkipAssess != "",
-		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs, NoDRA: o.Profile == "kind",
+		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs, NoDRA: o.Profile == "kind", Requirements: o.Requirements,
 	})
+	run.RequirementsSelected = o.Requirements != nil
 	cfg := envconf.New()
 	// An empty regexp would match every name: set only the filters given.
 	for _, filter := range []struct {
@@ -119,6 +121,10 @@ func TestMain(m *testing.M) {
 		fmt.Printf("run %s: everything it creates carries %s=%s (after a kill: gpulab-conformance cleanup --run-id %s)\n",
 			o.RunID, RunIDLabel, o.RunID, o.RunID)
 		run.Environment = withSuiteVersion(cluster.Describe(ctx, o.Scale, o.ClusterName))
+		// After the preflight, before the pool is sized from free capacity.
+		if setupErr = takeRunLock(ctx); setupErr != nil {
+			return ctx, setupErr
+		}
 		if setupErr = startClaimWatch(ctx); setupErr != nil {
 			return ctx, setupErr
 		}
@@ -140,7 +146,8 @@ func TestMain(m *testing.M) {
 			claimWatch.Stop()
 		}
 		if cluster != nil {
-			teardownErr = errors.Join(cleanupRun(context.WithoutCancel(ctx)), cluster.Teardown(context.WithoutCancel(ctx)))
+			teardownErr = errors.Join(cleanupRun(context.WithoutCancel(ctx)), releaseRunLock(context.WithoutCancel(ctx)),
+				cluster.Teardown(context.WithoutCancel(ctx)))
 		}
 		return ctx, teardownErr
 	})
@@ -236,12 +243,16 @@ func storeResults(out string) error {
 	if err != nil {
 		return fmt.Errorf("storing the results: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), runner.StoreTimeout)
 	defer cancel()
-	if err := runner.Store(ctx, c, ns, name, opts.RunID, string(run.Verdict), out); err != nil {
+	stored, err := runner.Store(ctx, c, ns, name, opts.RunID, string(run.Verdict), out)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("results stored in ConfigMap %s/%s\n", ns, name)
+	fmt.Printf("results stored in ConfigMap %s/%s (%d parts)\n", ns, name, len(stored.Parts))
+	if len(stored.Dropped) > 0 {
+		fmt.Printf("logs left out to fit, listed in the stored index: %s\n", strings.Join(stored.Dropped, ", "))
+	}
 	return nil
 }
 

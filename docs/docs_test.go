@@ -363,7 +363,7 @@ func TestInstallCommands(t *testing.T) {
 }
 
 // suiteCommands are the commands whose -h the CLI reference shows, in order.
-var suiteCommands = [][]string{{"-h"}, {"compare", "-h"}, {"median", "-h"}, {"baseline", "-h"}, {"submit", "-h"}, {"status", "-h"}, {"retrieve", "-h"}, {"cleanup", "-h"}, {"version", "-h"}}
+var suiteCommands = [][]string{{"-h"}, {"compare", "-h"}, {"median", "-h"}, {"baseline", "-h"}, {"nightly", "-h"}, {"submit", "-h"}, {"status", "-h"}, {"retrieve", "-h"}, {"cleanup", "-h"}, {"version", "-h"}}
 
 // commandName is the command an argument list runs: run when none is named.
 func commandName(args []string) string {
@@ -431,7 +431,7 @@ func TestCLIReference(t *testing.T) {
 var (
 	helpFlag  = regexp.MustCompile(`(?m)^\s+--?([a-z][a-z0-9-]*)`)
 	codeFlag  = regexp.MustCompile(`(?:^|[\s(\[])--([a-z][a-z0-9-]*)`)
-	suiteCall = regexp.MustCompile(`gpulab-conformance(?:\s+(run|compare|median|baseline|submit|status|retrieve|cleanup|version))?((?:\s+[^|;&]*)?)`)
+	suiteCall = regexp.MustCompile(`gpulab-conformance(?:\s+(run|compare|median|baseline|nightly|submit|status|retrieve|cleanup|version))?((?:\s+[^|;&]*)?)`)
 )
 
 // suiteFlags are each command's flags, read from its -h.
@@ -447,9 +447,10 @@ func suiteFlags(t *testing.T) map[string]map[string]bool {
 			t.Fatalf("no flags found in gpulab-conformance %s -h:\n%s", name, h)
 		}
 	}
-	// submit takes every run flag besides its own.
+	// submit takes every run flag besides its own, and nightly after --.
 	for f := range out["run"] {
 		out["submit"][f] = true
+		out["nightly"][f] = true
 	}
 	return out
 }

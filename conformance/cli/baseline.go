@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,22 +14,29 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
-const baselineUsage = "gpulab-conformance baseline --to conformance/baselines/NAME [--allow-partial] [--allow-different] RUN... (or --from RUN)\n" +
+const baselineUsage = "gpulab-conformance baseline promote --to BASELINE [--allow-partial] [--allow-different] RUN... (or --from RUN; \"promote\" may be left out)\n" +
 	"  --to a directory: the baseline set, each RUN (a results.json, or a directory searched for them, medians skipped) as DIR/run-<i>/results.json and DIR/baseline.json\n" +
+	"  --to configmap:NAMESPACE/NAME: the set as one ConfigMap in the cluster (--kubeconfig, --context), labelled " + BaselineSetLabel + "=NAME; nightly --baseline reads it\n" +
 	"  --to a .json file: one run (the form before baseline sets)"
 
 // baselineCommand makes runs the baseline later runs are compared with:
-// baseline --to conformance/baselines/local RUN..., a directory holding
-// each run, or baseline --from RUN/results.json --to NAME.json, one file.
-// Exit 0 when written, 1 when a run may not be a baseline or the baseline
-// cannot be written, 2 on bad usage or a run it cannot read.
+// baseline promote --to conformance/baselines/local RUN..., a directory
+// holding each run, --to configmap:NAMESPACE/NAME, the same set in the
+// cluster, or --to NAME.json, one run in one file. Exit 0 when written, 1
+// when a run may not be a baseline or the baseline cannot be written, 2 on
+// bad usage or a run it cannot read.
 func baselineCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "promote" {
+		args = args[1:]
+	}
 	fs := newCommandFlags("baseline", stderr, baselineUsage)
 	var from pathsFlag
 	fs.Var(&from, "from", "a run to promote, `PATH`: results.json, or a directory of runs (repeat for several, or name them after the flags)")
 	to := fs.String("to", "", "baseline directory, or .json file for a single run, to write (required)")
 	allowPartial := fs.Bool("allow-partial", false, "promote a PARTIAL run (some assessment skipped)")
 	allowDifferent := fs.Bool("allow-different", false, "promote runs that differ in scale, workload, profile, scheduler or host class")
+	kubeconfig := fs.String("kubeconfig", "", "--to configmap:...: kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)")
+	kubeContext := fs.String("context", "", "--to configmap:...: kubeconfig context (default its current one)")
 	positional, code, ok := parseInterspersed(fs, args)
 	if !ok {
 		return code
@@ -50,12 +58,17 @@ func baselineCommand(args []string, stdout, stderr io.Writer) int {
 	if strings.HasSuffix(*to, ".json") {
 		return promoteFile(runs, *to, opts, stdout, stderr)
 	}
+	store, err := openBaseline(*to, *kubeconfig, *kubeContext)
+	if err != nil {
+		fmt.Fprintf(stderr, "--to: %v\n", err)
+		return results.ExitUsage
+	}
 	set, err := results.PromoteRuns(runs, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "cannot be a baseline: %v\n", err)
 		return results.ExitFailed
 	}
-	manifest, err := writeBaselineDir(*to, runs, set, time.Now())
+	manifest, err := store.Save(context.Background(), runs, set, time.Now())
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return results.ExitFailed
@@ -70,6 +83,64 @@ func baselineCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "  note: from one run compare forms no interval, and decides by the change alone; promote 3 or more")
 	}
 	return results.ExitPassed
+}
+
+// errNoBaseline is a baseline source that holds no set yet: the nightly's
+// first night, which records one.
+var errNoBaseline = errors.New("no baseline recorded yet")
+
+// baselineStore is where a baseline set lives: a directory beside the
+// nightly (a laptop, CI's cache) or a ConfigMap in the cluster it measures.
+type baselineStore interface {
+	String() string
+	// Load reads the set's runs; scratch is a directory it may write them
+	// to. An absent or empty set is errNoBaseline (wrapped).
+	Load(ctx context.Context, scratch string) ([]results.Run, error)
+	// Save replaces the set, whole or not at all.
+	Save(ctx context.Context, runs []results.Run, set []*results.Results, now time.Time) (results.BaselineManifest, error)
+}
+
+// openBaseline is the store a --baseline or --to value names:
+// configmap:NAMESPACE/NAME, or a directory. Nothing is read yet.
+func openBaseline(src, kubeconfig, kubeContext string) (baselineStore, error) {
+	switch {
+	case strings.TrimSpace(src) == "":
+		return nil, errors.New("no baseline named")
+	case strings.HasPrefix(src, configMapSource):
+		return newConfigMapStore(src, kubeconfig, kubeContext)
+	case strings.Contains(src, ":") && !strings.ContainsAny(src, `/\`):
+		return nil, fmt.Errorf("%q: want a directory or configmap:NAMESPACE/NAME", src)
+	default:
+		return dirStore(src), nil
+	}
+}
+
+// dirStore is a baseline set in a directory (or, read-only, a single-run
+// .json file of before baseline sets).
+type dirStore string
+
+func (d dirStore) String() string { return string(d) }
+
+func (d dirStore) Load(_ context.Context, _ string) ([]results.Run, error) {
+	entries, err := os.ReadDir(string(d))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("%s: %w", d, errNoBaseline)
+	case err == nil && len(entries) == 0:
+		return nil, fmt.Errorf("%s is empty: %w", d, errNoBaseline)
+	}
+	runs, _, err := results.ReadRuns(string(d))
+	if err != nil {
+		return nil, fmt.Errorf("reading the baseline %s: %w", d, err)
+	}
+	return runs, nil
+}
+
+func (d dirStore) Save(_ context.Context, runs []results.Run, set []*results.Results, now time.Time) (results.BaselineManifest, error) {
+	if strings.HasSuffix(string(d), ".json") {
+		return results.BaselineManifest{}, fmt.Errorf("%s: a .json baseline holds one run; name a directory for a baseline set", d)
+	}
+	return writeBaselineDir(string(d), runs, set, now)
 }
 
 // promoteFile writes the single-run baseline file of before baseline sets.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
@@ -34,7 +32,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "kubeconfig context (default its current context)")
 	timeout := fs.Duration("timeout", 0, "how long the run's pods may take to go (default 3m, or 150ms a pod when more)")
 	dryRun := fs.Bool("dry-run", false, "list what would be deleted and delete nothing")
-	runnerNS := fs.String("runner-namespace", runner.DefaultNamespace, "where submit ran the run: its Job and results ConfigMap go too, and the runner's RBAC once no run uses it")
+	runnerNS := fs.String("runner-namespace", runner.DefaultNamespace, "where submit ran the run: its Job and results go too, and the runner's shared RBAC and namespace once nothing uses them")
 	if code, ok := parseCommandFlags(fs, args); !ok {
 		return code
 	}
@@ -67,46 +65,30 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 		return results.ExitFailed
 	}
 	if len(rep.Found) == 0 {
-		fmt.Fprintf(stdout, "nothing of %s is left\n", which)
+		fmt.Fprintf(stdout, "nothing labelled for %s is left\n", which)
 	} else if !*dryRun {
 		fmt.Fprintf(stdout, "done in %.1f s\n", time.Since(start).Seconds())
 	}
-	if *dryRun {
-		return results.ExitPassed
+	// The runner's objects, the runs' markers, and the shared objects
+	// once nothing uses them: listed, not deleted, with --dry-run.
+	var ids []string
+	if !*allRuns {
+		ids = []string{*runID}
 	}
-	deleted, err := cleanupRunners(ctx, c, *runnerNS, *runID, *allRuns)
-	for _, d := range deleted {
-		fmt.Fprintf(stdout, "deleted %s\n", d)
+	rr, err := runner.CleanupRuns(ctx, c, runner.CleanupOptions{Namespace: *runnerNS, RunIDs: ids, AllRuns: *allRuns, DryRun: *dryRun})
+	verb := "deleted"
+	if *dryRun {
+		verb = "would delete"
+	}
+	for _, d := range rr.Deleted {
+		fmt.Fprintf(stdout, "%s %s\n", verb, d)
+	}
+	for _, k := range rr.Kept {
+		fmt.Fprintf(stdout, "keeps %s\n", k)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gpulab-conformance cleanup: the runner: %v\n", err)
 		return results.ExitFailed
 	}
 	return results.ExitPassed
-}
-
-// cleanupRunners removes what submit created for the run, or for every run.
-func cleanupRunners(ctx context.Context, c client.Client, ns, runID string, allRuns bool) ([]string, error) {
-	ids := []string{runID}
-	if allRuns {
-		var jobs batchv1.JobList
-		if err := c.List(ctx, &jobs, client.InNamespace(ns), client.HasLabels{runner.RunnerLabel}); err != nil {
-			return nil, err
-		}
-		ids = ids[:0]
-		for _, j := range jobs.Items {
-			ids = append(ids, j.Labels[runner.RunnerLabel])
-		}
-	}
-	if len(ids) == 0 {
-		return runner.CleanupShared(ctx, c, ns)
-	}
-	var all []string
-	var errs []error
-	for _, id := range ids {
-		deleted, err := runner.Cleanup(ctx, c, ns, id)
-		all = append(all, deleted...)
-		errs = append(errs, err)
-	}
-	return all, errors.Join(errs...)
 }

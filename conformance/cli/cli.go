@@ -38,6 +38,8 @@ func Main(args []string, stdout, stderr io.Writer) (*RunOptions, int) {
 		return opts, 0
 	case "compare":
 		return nil, compareCommand(rest, stdout, stderr)
+	case "nightly":
+		return nil, nightlyCommand(rest, stdout, stderr)
 	case "median":
 		return nil, medianCommand(rest, stdout, stderr)
 	case "baseline":
@@ -68,14 +70,15 @@ commands:
   run       run the suite (the default command)
   compare   compare a run's results.json with a baseline; exit 1 on a regression or a missing item
   median    merge repeated runs into one results.json (median percentiles, worst verdicts)
-  baseline  promote a run's results.json to a baseline file
+  nightly   run the suite N times, merge, push, compare with a baseline (a directory or configmap:NS/NAME); exit 0, 1, 2 or 3 as below
+  baseline  promote runs to a baseline set (baseline promote --to DIR|configmap:NS/NAME RUN...)
   submit    run the suite in the cluster as a Job under the shipped RBAC (run flags; --runner-image), following its log
   status    a submitted run's phase and verdict (--run-id ID)
   retrieve  copy a submitted run's results out of the cluster (--run-id ID --to DIR)
   cleanup   delete what a run (and its runner) left on a cluster (--run-id ID, or --all-runs)
   version   print the suite's version
 
-exit codes: 0 passed, 1 failed (or a regression), 2 bad usage, 3 partial (something asked for could not be tested)
+exit codes: 0 passed, 1 failed (or a regression), 2 bad usage (nightly: or cannot compare), 3 partial (something asked for could not be tested)
 `
 
 func printUsage(w io.Writer, withRunFlags bool) {

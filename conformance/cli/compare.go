@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -71,7 +72,7 @@ func compareCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", effectFlag, err)
 		return results.ExitUsage
 	}
-	if opts.Bootstrap.Confidence, err = parsePercent(*confidence); err != nil || opts.Bootstrap.Confidence <= 0 || opts.Bootstrap.Confidence >= 1 {
+	if opts.Bootstrap.Confidence, err = parsePercent(*confidence); err != nil {
 		fmt.Fprintf(stderr, "--confidence: %q is not a level between 0%% and 100%%, such as 95%%\n", *confidence)
 		return results.ExitUsage
 	}
@@ -79,13 +80,9 @@ func compareCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "--statistic: %q, want p50, p90, p99 or max\n", *statistic)
 		return results.ExitUsage
 	}
-	if *resamples < 100 {
-		fmt.Fprintln(stderr, "--resamples: at least 100")
-		return results.ExitUsage
-	}
 	opts.Bootstrap.Resamples = *resamples
-	if *noiseS < 0 || *noiseN < 0 {
-		fmt.Fprintln(stderr, "--noise-seconds and --noise-count must not be negative")
+	if err := checkCompareOptions(opts); err != nil {
+		fmt.Fprintln(stderr, err)
 		return results.ExitUsage
 	}
 	b, skipped, err := results.ReadRuns(baselines...)
@@ -116,6 +113,43 @@ func compareCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	return results.ExitPassed
 }
+
+// Bounds of --resamples: fewer than minResamples make the interval's ends
+// noise; each resample is a float64 per side, so maxResamples holds a
+// comparison to megabytes (2,000,000,000 would ask for 16 GB).
+const (
+	minResamples = 100
+	maxResamples = 1_000_000
+)
+
+// checkCompareOptions refuses, naming the flag, what would switch the gate
+// off (a NaN or infinite effect, noise or confidence makes every change
+// pass) or exhaust memory. compare and nightly take the same flags.
+func checkCompareOptions(o results.CompareOptions) error {
+	if c := o.Bootstrap.Confidence; !(c > 0 && c < 1) {
+		return fmt.Errorf("--confidence: %g%% is not a level between 0%% and 100%%, such as 95%%", c*100)
+	}
+	if r := o.Bootstrap.Resamples; r != 0 && (r < minResamples || r > maxResamples) {
+		return fmt.Errorf("--resamples: %d, want %d to %d", r, minResamples, maxResamples)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--min-effect", o.MinEffect}, {"--noise-seconds", o.NoiseSeconds}, {"--noise-count", o.NoiseCount}} {
+		if !finiteNonNegative(f.v) {
+			return fmt.Errorf("%s: %g, want a finite value, 0 or more", f.name, f.v)
+		}
+	}
+	for key, v := range o.MinEffectFor {
+		if !finiteNonNegative(v) {
+			return fmt.Errorf("--min-effect-for %s: %g, want a finite percentage, 0 or more", key, v*100)
+		}
+	}
+	return nil
+}
+
+// finiteNonNegative is false for NaN too, which every comparison fails.
+func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 // pathsFlag is a repeatable flag of paths.
 type pathsFlag []string
@@ -176,11 +210,15 @@ func parseInterspersed(fs *flag.FlagSet, args []string) (positional []string, co
 }
 
 // parsePercent reads "10%" or "10" as 0.10. A negative share would call
-// every unchanged measurement a regression, so it is refused.
+// every unchanged measurement a regression, and NaN or an infinite one
+// none, so they are refused.
 func parsePercent(s string) (float64, error) {
 	pct, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%")), 64)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a percentage such as 10%%: %w", s, err)
+	}
+	if math.IsNaN(pct) || math.IsInf(pct, 0) {
+		return 0, fmt.Errorf("%q is not a finite percentage", s)
 	}
 	if pct < 0 {
 		return 0, fmt.Errorf("%q is negative", s)

@@ -199,3 +199,41 @@ func TestParsePercent(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareRefusesValuesThatSwitchTheGateOff: NaN or infinite
+// confidence, effects and noise would let every regression pass, and
+// billions of resamples exhaust memory; each is bad usage naming its flag.
+func TestCompareRefusesValuesThatSwitchTheGateOff(t *testing.T) {
+	baseline := writeResultsFile(t, sampleRun([]string{"latency"}, map[string]float64{"latency/ready": 2}))
+	slower := writeResultsFile(t, sampleRun([]string{"latency"}, map[string]float64{"latency/ready": 3}))
+	for _, tc := range []struct{ flag, value, wantStderr string }{
+		{"--confidence", "NaN%", "--confidence"},
+		{"--confidence", "Inf%", "--confidence"},
+		{"--confidence", "100%", "--confidence"},
+		{"--min-effect", "Inf%", "--min-effect"},
+		{"--min-effect", "NaN", "--min-effect"},
+		{"--max-regression", "+Inf%", "--max-regression"},
+		{"--min-effect-for", "latency/ready=Inf%", "min-effect-for"},
+		{"--min-effect-for", "latency/ready=NaN%", "min-effect-for"},
+		{"--noise-seconds", "+Inf", "--noise-seconds"},
+		{"--noise-seconds", "NaN", "--noise-seconds"},
+		{"--noise-count", "Inf", "--noise-count"},
+		{"--noise-count", "-1", "--noise-count"},
+		{"--resamples", "2000000000", "--resamples"},
+		{"--resamples", "1000001", "--resamples"},
+		{"--resamples", "99", "--resamples"},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := compareCommand([]string{"--baseline", baseline, "--current", slower, tc.flag + "=" + tc.value}, &stdout, &stderr)
+			if code != results.ExitUsage || !strings.Contains(stderr.String(), tc.wantStderr) {
+				t.Errorf("exit %d, want 2 naming %s\nstdout:\n%s\nstderr:\n%s", code, tc.wantStderr, stdout.String(), stderr.String())
+			}
+		})
+	}
+	// The bounds themselves are fine.
+	var stdout, stderr bytes.Buffer
+	if code := compareCommand([]string{"--baseline", baseline, "--current", slower, "--resamples=1000000", "--noise-seconds=0", "--min-effect=0%"}, &stdout, &stderr); code != results.ExitFailed {
+		t.Errorf("at the bounds: exit %d, want 1 (a regression)\n%s%s", code, stdout.String(), stderr.String())
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
@@ -34,6 +35,12 @@ type RunOptions struct {
 	Context           string // kubeconfig context; default its current one
 	OperatorNamespace string // where gpulab's operator runs on kind and cluster
 	ClientQPS         int    // the suite's own API client on a cluster (burst twice that)
+	// The cluster's run lock (conformance/runlock): LockNamespace holds it
+	// and the run's marker, LockWait bounds the wait for another run's,
+	// AllowConcurrent skips it (the results then say so).
+	LockNamespace   string
+	LockWait        time.Duration
+	AllowConcurrent bool
 
 	// Footprint.
 	MaxGPUs      footprint.Budget
@@ -69,6 +76,9 @@ type RunOptions struct {
 	RuntimeClass                               string
 	// VolcanoNamespace holds Volcano's scheduler ConfigMap.
 	VolcanoNamespace string
+
+	// Requirements is --requirements (requirements.go); nil asks for all.
+	Requirements requirementsValue
 
 	// PrometheusBearerTokenFile holds the token sent to PrometheusURL (read
 	// again on every request); PrometheusCAFile the PEM CAs its
@@ -133,6 +143,9 @@ func runFlags(o *RunOptions) []runFlag {
 		{"cluster", "context", "cluster profile: kubeconfig context (default its current context)", str(&o.Context, "")},
 		{"cluster", "operator-namespace", "kind, cluster: namespace of gpulab's operator (leader Lease, pods)", str(&o.OperatorNamespace, "gpulab-system")},
 		{"cluster", "volcano-namespace", "kind, cluster: where Volcano's scheduler configuration is read (reclaim or preempt on: over-capacity scenarios need --disruptive)", str(&o.VolcanoNamespace, "volcano-system")},
+		{"cluster", "lock-wait", "how long to wait for the run holding the cluster's run lock to end; then fail, naming it", dur(&o.LockWait, runlock.DefaultWait)},
+		{"cluster", "lock-namespace", "namespace of the cluster's run lock and the runs' markers (Leases); every run on a cluster must use the same", str(&o.LockNamespace, runlock.DefaultNamespace)},
+		{"cluster", "allow-concurrent", "run without the cluster's run lock, beside other runs (their load counts in this run's measurements; the report warns)", boolean(&o.AllowConcurrent)},
 		{"cluster", "client-qps", "cluster: the suite's API requests per second (burst twice that); gangs are created at this rate", (*intValue)(setInt(&o.ClientQPS, 50))},
 		{"footprint", "max-gpus", fmt.Sprintf("GPUs the run may hold at once, or all (default all on local, %d on kind and cluster)", footprint.DefaultClusterBudget), &o.MaxGPUs},
 		{"footprint", "queue", "Volcano queue for every gang (default: one the run creates, capability = --max-gpus)", str(&o.Queue, "")},
@@ -150,6 +163,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
 		{"what to test", "assess", "only assessments matching this regexp", str(&o.Assess, "")},
 		{"what to test", "skip-assess", "skip assessments matching this regexp", str(&o.SkipAssess, "")},
+		{"what to test", "requirements", requirementsUsage, &o.Requirements},
 		{"what to test", "scale", "latency: clusters created at once (1 head + 2 workers x 4 GPUs); sizes the local fleet", (*intValue)(setInt(&o.Scale, 100))},
 		{"what to test", "wait-window", "how long a gang that cannot fit is watched for bound pods", dur(&o.WaitWindow, 10*time.Second)},
 		{"what to test", "ready-timeout", "how long a gang that fits may take to be Ready", dur(&o.ReadyTimeout, 2*time.Minute)},
@@ -327,7 +341,10 @@ func (o *RunOptions) validate(set map[string]bool) error {
 			return fmt.Errorf("--%s must be positive, got %s", name, d)
 		}
 	}
-	for name, v := range map[string]string{"namespace": o.Namespace, "operator-namespace": o.OperatorNamespace} {
+	if o.LockWait < 0 {
+		return fmt.Errorf("--lock-wait must not be negative, got %s", o.LockWait)
+	}
+	for name, v := range map[string]string{"namespace": o.Namespace, "operator-namespace": o.OperatorNamespace, "lock-namespace": o.LockNamespace} {
 		if v != "" {
 			if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
 				return fmt.Errorf("--%s=%q: %s", name, v, strings.Join(errs, "; "))

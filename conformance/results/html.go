@@ -16,7 +16,7 @@ func (r *Results) HTML() ([]byte, error) {
 		Verdict  Verdict
 		Evidence []Evidence
 		Charts   []template.HTML
-	}{r, RunVerdict(r.Features, r.Requested...), KAREvidence(r.Features, r.Requested...), append(charts(r), timelines(r)...)})
+	}{r, r.RunVerdict(), KAREvidence(r.Features, r.Requested...), append(charts(r), timelines(r)...)})
 	return []byte(b.String()), err
 }
 

@@ -162,7 +162,7 @@ func (r *Results) perfDataLabels(feature string, status Status) map[string]strin
 		"Cluster":  PushCluster(e),
 		"Workload": e.WorkloadName(),
 		"Scale":    strconv.Itoa(e.Scale),
-		"Verdict":  string(RunVerdict(r.Features, r.Requested...)),
+		"Verdict":  string(r.RunVerdict()),
 	}
 	if status != "" {
 		labels["FeatureStatus"] = string(status)

@@ -60,7 +60,7 @@ func ProductOf(r *Results) Product {
 			"vendorName":        "",
 			"description": fmt.Sprintf("gpulab-conformance %s (%s) on %s, profile %s, workload %s, run %s: %s",
 				orDash(e.SuiteVersion), orDash(e.SuiteCommit), orDash(e.ClusterName), e.Profile, e.WorkloadName(),
-				r.EndTime.UTC().Format("2006-01-02T15:04:05Z"), RunVerdict(r.Features, r.Requested...)),
+				r.EndTime.UTC().Format("2006-01-02T15:04:05Z"), r.RunVerdict()),
 		},
 		Spec: map[string][]ProductItem{},
 	}

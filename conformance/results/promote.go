@@ -31,7 +31,7 @@ func Promote(src *Results, opts PromoteOptions) (*Results, error) {
 	if src == nil {
 		return nil, errors.New("no run to promote")
 	}
-	switch RunVerdict(src.Features, src.Requested...) {
+	switch src.RunVerdict() {
 	case VerdictPassed:
 	case VerdictPartial:
 		if !opts.AllowPartial {

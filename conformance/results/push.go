@@ -45,7 +45,7 @@ func Push(ctx context.Context, url string, r *Results, baseline ...*Results) err
 	band := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpulab_conformance_baseline", Help: "The baseline runs' range of a measurement's quantile: bound low is the lowest value over the runs, high the highest."},
 		[]string{"feature", "name", "unit", "quantile", "bound"})
 	reg.MustRegister(verdict, featureStatus, requirement, passed, duration, value, samples, overall, when, band)
-	run := RunVerdict(r.Features, r.Requested...)
+	run := r.RunVerdict()
 	for _, v := range Verdicts {
 		verdict.WithLabelValues(string(v)).Set(boolValue(v == run))
 	}

@@ -70,10 +70,13 @@ func (r *Results) JUnit() ([]byte, error) {
 // each feature and assessment, the KAR evidence, the measurements.
 func (r *Results) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", RunVerdict(r.Features, r.Requested...))
+	fmt.Fprintf(&b, "# gpulab conformance: %s\n\n", r.RunVerdict())
 	e := r.Environment
 	fmt.Fprintf(&b, "profile `%s`, workload `%s`, Kubernetes %s, Volcano %s, %d nodes, GPUs %s, scale %d, %s\n\n",
 		e.Profile, e.WorkloadName(), orDash(e.KubernetesVersion), orDash(e.VolcanoVersion), e.Nodes, gpus(e.GPUsByProduct), e.Scale, r.EndTime.Sub(r.StartTime).Round(1e9))
+	for _, w := range r.Warnings {
+		fmt.Fprintf(&b, "**Warning:** %s\n\n", w)
+	}
 	if len(r.Features) == 0 {
 		b.WriteString("No assessment ran: nothing was tested.\n\n")
 	}
@@ -91,8 +94,11 @@ func (r *Results) Markdown() string {
 	b.WriteString("\n## KAR evidence\n\n| requirement | KAR | verdict | assessments |\n|---|---|---|---|\n")
 	for _, ev := range KAREvidence(r.Features, r.Requested...) {
 		verdict := result(ev.Status)
-		if ev.Requested && ev.Status == StatusNotTested {
+		switch {
+		case ev.Requested && ev.Status == StatusNotTested:
 			verdict = "*not tested, asked for*"
+		case r.RequirementsSelected && !ev.Requested:
+			verdict += " (not selected by --requirements)"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ev.Requirement, orDash(ev.KAR), verdict, cell(strings.Join(ev.Assessments, "; ")))
 	}

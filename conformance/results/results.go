@@ -34,8 +34,16 @@ type Results struct {
 	Evidence    []Evidence  `json:"evidence"`
 	// Requested are the checklist requirements the run was asked to
 	// evidence (Requested); one not tested makes it PARTIAL.
-	Requested    []Requirement `json:"requestedRequirements,omitempty"`
-	Measurements []Measurement `json:"measurements"`
+	Requested []Requirement `json:"requestedRequirements,omitempty"`
+	// RequirementsSelected says Requested is a --requirements selection:
+	// then only failures, and skips in assessments that evidence a
+	// selected requirement, decide the verdict (SelectedVerdict).
+	RequirementsSelected bool          `json:"requirementsSelected,omitempty"`
+	Measurements         []Measurement `json:"measurements"`
+	// Warnings are what a reader of the numbers should know that is no
+	// verdict: the run shared the cluster (--allow-concurrent), or lost its
+	// run lock on the way.
+	Warnings []string `json:"warnings,omitempty"`
 	// Timelines are per-cluster milestones of runs worth drawing (latency),
 	// in seconds since the cluster's create; a missing milestone is -1.
 	Timelines []Timeline `json:"timelines,omitempty"`

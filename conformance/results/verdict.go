@@ -120,6 +120,44 @@ func RunVerdict(fs []Feature, requested ...Requirement) Verdict {
 	return v
 }
 
+// SelectedVerdict is the verdict of a run asked to evidence only the
+// requested requirements (--requirements): RunVerdict over the features
+// without the skipped assessments that evidence anything else (a checklist
+// requirement not selected, or gpulab's own checks, RequirementNone,
+// unless "none" is selected). Those stay in the results, reported as they
+// ran, and their requirements as not requested; a failure anywhere still
+// fails the run, and a selected requirement not tested still makes it
+// PARTIAL.
+func SelectedVerdict(fs []Feature, requested ...Requirement) Verdict {
+	var kept []Feature
+	for _, f := range fs {
+		var as []Assessment
+		for _, a := range f.Assessments {
+			if a.Status != StatusSkipped || slices.Contains(requested, a.Requirement) {
+				as = append(as, a)
+			}
+		}
+		if len(as) > 0 {
+			f.Assessments = as
+			kept = append(kept, f)
+		}
+	}
+	if len(kept) == 0 && len(fs) > 0 {
+		// Everything it ran was skipped: it tested nothing it was asked.
+		return VerdictPartial
+	}
+	return RunVerdict(kept, requested...)
+}
+
+// RunVerdict is the run's verdict: SelectedVerdict for a --requirements
+// run, else the package's RunVerdict.
+func (r *Results) RunVerdict() Verdict {
+	if r.RequirementsSelected {
+		return SelectedVerdict(r.Features, r.Requested...)
+	}
+	return RunVerdict(r.Features, r.Requested...)
+}
+
 // Ask is what a run is asked to evidence, from its options.
 type Ask struct {
 	// Filtered is a run narrowed by --feature, --assess or their skips: it
@@ -135,12 +173,18 @@ type Ask struct {
 	// kubelets would need the agent as a kubelet plugin): it cannot show
 	// dra_support.
 	NoDRA bool
+	// Requirements is --requirements: the run asks for these only (none
+	// stands for gpulab's own checks), whatever else it is.
+	Requirements []Requirement
 }
 
 // Requested are the checklist requirements a run asks for. A whole run
 // asks for every one its cluster can show, so that a cluster run without
 // --real-gpus is PARTIAL (accelerator access untested), never PASSED.
 func Requested(a Ask) []Requirement {
+	if a.Requirements != nil {
+		return slices.Clone(a.Requirements)
+	}
 	if a.Filtered {
 		return nil
 	}
@@ -242,12 +286,12 @@ func (r *Results) Finalize() {
 	for i := range r.Features {
 		r.Features[i].Status = FeatureStatus(r.Features[i].Assessments)
 	}
-	r.Verdict = RunVerdict(r.Features, r.Requested...)
+	r.Verdict = r.RunVerdict()
 	r.Evidence = KAREvidence(r.Features, r.Requested...)
 }
 
 // Passed says whether the run's verdict is PASSED.
-func (r *Results) Passed() bool { return RunVerdict(r.Features, r.Requested...) == VerdictPassed }
+func (r *Results) Passed() bool { return r.RunVerdict() == VerdictPassed }
 
 // RunFeature names the entry a run adds about itself: what stopped it
 // before it finished (a signal, --timeout).

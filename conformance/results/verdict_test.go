@@ -389,3 +389,52 @@ func TestRequested(t *testing.T) {
 		}
 	}
 }
+
+// A --requirements run is judged on what it selected: a skip elsewhere is
+// reported but does not make it PARTIAL; a failure anywhere still fails
+// it, and a selected requirement skipped or not tested still makes it
+// PARTIAL.
+func TestSelectedVerdict(t *testing.T) {
+	gang := Feature{Name: "gang", Assessments: []Assessment{{Name: "fits", Requirement: RequirementGangScheduling, Status: StatusPassed}}}
+	leaderSkipped := Feature{Name: "controller", Assessments: []Assessment{
+		{Name: "valid", Requirement: RequirementRobustController, Status: StatusPassed},
+		{Name: "leader", Requirement: RequirementRobustController, Status: StatusSkipped, Reason: "needs --disruptive"}}}
+	xidSkipped := Feature{Name: "inventory", Assessments: []Assessment{{Name: "xid", Requirement: RequirementNone, Status: StatusSkipped}}}
+	failed := Feature{Name: "metrics", Assessments: []Assessment{{Name: "series", Requirement: RequirementAcceleratorMetrics, Status: StatusFailed}}}
+	gangSkipped := Feature{Name: "gang", Assessments: []Assessment{{Name: "fits", Requirement: RequirementGangScheduling, Status: StatusSkipped}}}
+	for _, tc := range []struct {
+		name     string
+		fs       []Feature
+		selected []Requirement
+		want     Verdict
+	}{
+		{"skips outside the selection", []Feature{gang, leaderSkipped, xidSkipped}, []Requirement{RequirementGangScheduling}, VerdictPassed},
+		{"a skip of a selected requirement", []Feature{gang, leaderSkipped}, []Requirement{RequirementGangScheduling, RequirementRobustController}, VerdictPartial},
+		{"none selects gpulab's own checks", []Feature{gang, xidSkipped}, []Requirement{RequirementGangScheduling, RequirementNone}, VerdictPartial},
+		{"a failure outside the selection", []Feature{gang, failed}, []Requirement{RequirementGangScheduling}, VerdictFailed},
+		{"a selected requirement not tested", []Feature{gang}, []Requirement{RequirementGangScheduling, RequirementDRASupport}, VerdictPartial},
+		{"the selection only skipped", []Feature{gangSkipped}, []Requirement{RequirementGangScheduling}, VerdictPartial},
+		{"nothing it asked ran", []Feature{leaderSkipped}, []Requirement{RequirementGangScheduling}, VerdictPartial},
+	} {
+		if got := SelectedVerdict(tc.fs, tc.selected...); got != tc.want {
+			t.Errorf("%s: SelectedVerdict = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	r := &Results{Features: []Feature{gang, leaderSkipped}, Requested: []Requirement{RequirementGangScheduling}, RequirementsSelected: true}
+	r.Finalize()
+	if r.Verdict != VerdictPassed || r.Features[1].Status != StatusPartial {
+		t.Errorf("Finalize: verdict %s, controller %s; want PASSED with the controller still reported partial", r.Verdict, r.Features[1].Status)
+	}
+	if md := r.Markdown(); !strings.Contains(md, "| robust_controller | KAR-0063 | *partial* (not selected by --requirements) |") {
+		t.Errorf("the report does not say robust_controller was not selected:\n%s", md)
+	}
+	// Without the selection the same run is PARTIAL, as before.
+	r.RequirementsSelected = false
+	r.Finalize()
+	if r.Verdict != VerdictPartial {
+		t.Errorf("unselected: %s, want PARTIAL", r.Verdict)
+	}
+	if got := Requested(Ask{Filtered: true, Requirements: []Requirement{RequirementNone}}); !slices.Equal(got, []Requirement{RequirementNone}) {
+		t.Errorf("Requested with --requirements = %v, want the selection", got)
+	}
+}

@@ -15,8 +15,9 @@ import (
 // The shipped nightly CronJob runs the runner's own pod: the same
 // ServiceAccount, security, volumes and image policy as the Job submit
 // makes, so what the preflight and the restricted-Pod-Security test prove
-// for one holds for the other. Only the arguments differ (no run ID and no
-// results ConfigMap: a night pushes to a Pushgateway).
+// for one holds for the other. Only the arguments differ (the night runs
+// `nightly`, no run ID and no results ConfigMap: a night pushes to a
+// Pushgateway and compares with its baseline).
 func TestNightlyCronJobRunsTheRunnersPod(t *testing.T) {
 	data, err := os.ReadFile("../config/nightly/cronjob.yaml")
 	if err != nil {
@@ -40,7 +41,7 @@ func TestNightlyCronJobRunsTheRunnersPod(t *testing.T) {
 	if !equality.Semantic.DeepEqual(*got, want) {
 		t.Errorf("the nightly pod differs from the runner's:\n got %+v\nwant %+v", *got, want)
 	}
-	for _, a := range []string{"run", "--profile=cluster", "--out=/results"} {
+	for _, a := range []string{"nightly", "--profile=cluster", "--out=/results"} {
 		if !slices.Contains(args, a) {
 			t.Errorf("args %v lack %s", args, a)
 		}

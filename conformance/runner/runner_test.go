@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,8 +69,8 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 5 {
-		t.Errorf("Submit created %v: want the namespace, ServiceAccount, binding, Role and RoleBinding, not the existing ClusterRole", created)
+	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 3 {
+		t.Errorf("Submit created %v: want the namespace, ServiceAccount and binding, not the existing ClusterRole", created)
 	}
 	if _, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("submitting run r1 twice: %v, want AlreadyExists", err)
@@ -106,7 +107,7 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := runner.Store(ctx, c, ns, runner.ConfigMapName("r1"), "r1", "PARTIAL", out); err != nil {
+	if _, err := runner.Store(ctx, c, ns, runner.ConfigMapName("r1"), "r1", "PARTIAL", out); err != nil {
 		t.Fatal(err)
 	}
 	st, err = runner.Status(ctx, c, ns, "r1")
@@ -114,10 +115,11 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 		t.Errorf("Status after the run: %+v, %v", st, err)
 	}
 	back := t.TempDir()
-	files, err := runner.Retrieve(ctx, c, ns, "r1", back)
+	got, err := runner.Retrieve(ctx, c, ns, "r1", back, runner.RetrieveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	files := got.Files
 	slices.Sort(files)
 	if want := []string{"junit.xml", filepath.Join("logs", "operator.log"), "results.json"}; !slices.Equal(files, want) {
 		t.Errorf("retrieved %v, want %v", files, want)
@@ -132,15 +134,23 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if err := c.Create(ctx, evil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runner.Retrieve(ctx, c, ns, "evil", t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a file inside") {
+	if _, err := runner.Retrieve(ctx, c, ns, "evil", t.TempDir(), runner.RetrieveOptions{}); err == nil || !strings.Contains(err.Error(), "not a file inside") {
 		t.Errorf("Retrieve of ../escape: %v", err)
 	}
 
 	// Cleaning up r1 keeps what r2 still uses; cleaning up r2 removes what
 	// Submit created, and leaves the ClusterRole it found.
 	deleted, err := runner.Cleanup(ctx, c, ns, "r1")
-	if err != nil || len(deleted) != 2 {
-		t.Errorf("Cleanup r1 deleted %v, %v; want its Job and ConfigMap only", deleted, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range runner.RunObjects(ns, "r1")[:3] { // the Job and the first two results ConfigMaps
+		if want := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1.") + " " + ns + "/" + obj.GetName(); !slices.Contains(deleted, want) {
+			t.Errorf("Cleanup r1 deleted %v, want %s among them", deleted, want)
+		}
+	}
+	if slices.ContainsFunc(deleted, func(s string) bool { return !strings.Contains(s, "-r1") }) {
+		t.Errorf("Cleanup r1 deleted %v: only run r1's objects, r2 still uses the rest", deleted)
 	}
 	deleted, err = runner.Cleanup(ctx, c, ns, "r2")
 	if err != nil {

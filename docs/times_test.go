@@ -1,0 +1,64 @@
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// duration matches a time the README could quote about how long something
+// takes: 18m33s, 51 s, 6m41s, 21 min, 8.5–10.5 minutes, 2 hours.
+var duration = regexp.MustCompile(`\b\d+m\d+s\b|\b\d+(?:[.,]\d+)?(?:[–-]\d+(?:[.,]\d+)?)?\s?(?:min|minutes|hours?)\b`)
+
+// Every build, test or CI time the README quotes is one measured, dated and
+// with its machine, on the testing page: times in two places drift apart.
+// The README stays short enough to read (under 250 lines).
+func TestReadmeTimesAreMeasured(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testing, err := os.ReadFile(filepath.Join(root, "docs/development/testing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured := string(testing)
+	if !strings.Contains(measured, "## Measured times") {
+		t.Fatal("docs/development/testing.md has no Measured times section")
+	}
+	for i, line := range strings.Split(string(readme), "\n") {
+		for _, d := range duration.FindAllString(line, -1) {
+			if !strings.Contains(measured, d) {
+				t.Errorf("README.md:%d quotes %q, which docs/development/testing.md does not measure", i+1, d)
+			}
+		}
+	}
+	if n := strings.Count(string(readme), "\n"); n >= 250 {
+		t.Errorf("README.md is %d lines, want under 250: move details into docs/", n)
+	}
+	if !strings.Contains(string(readme), "docs/development/testing.md#measured-times") {
+		t.Error("README.md does not link the measured times")
+	}
+	// Install comes before the run: the run needs what the install puts there.
+	install, run := strings.Index(string(readme), "## Install gpulab"), strings.Index(string(readme), "## Run on your GPU cluster")
+	if install < 0 || run < 0 || install > run {
+		t.Errorf("README.md: install at %d, run at %d; want the install first", install, run)
+	}
+}
+
+// The pattern finds the forms it is meant to, so the test above cannot
+// pass by matching nothing.
+func TestDurationPattern(t *testing.T) {
+	for _, s := range []string{"18m33s", "21 min", "8.5–10.5 minutes", "67 minutes", "2 hours"} {
+		if got := duration.FindString("took " + s + " in all"); got != s {
+			t.Errorf("%q: matched %q", s, got)
+		}
+	}
+	for _, s := range []string{"13.5 s at p99", "v1.37.2", "1.34x"} {
+		if got := duration.FindString(s); got != "" {
+			t.Errorf("%q: matched %q, not a build or test time", s, got)
+		}
+	}
+}
