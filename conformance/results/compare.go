@@ -379,7 +379,7 @@ func compareMeasurements(baseline, current []Run, stat func(Measurement) float64
 		if v, ok := opts.MinEffectFor[key]; ok {
 			row.MinEffect = v
 		}
-		row.Baseline = median(slices.Clone(b))
+		row.Baseline = MedianOf(slices.Clone(b))
 		c := cur[key]
 		if len(c) == 0 {
 			row.Verdict, row.Missing = RowMissing, true
@@ -387,7 +387,7 @@ func compareMeasurements(baseline, current []Run, stat func(Measurement) float64
 			continue
 		}
 		row.CurrentRuns = len(c)
-		row.Current = median(slices.Clone(c))
+		row.Current = MedianOf(slices.Clone(c))
 		row.Change = relativeChange(row.Baseline, row.Current)
 		row.Low, row.High, row.HasInterval = BootstrapMedianChange(b, c, opts.Bootstrap)
 		noise := opts.NoiseCount

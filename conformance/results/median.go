@@ -42,7 +42,7 @@ func Median(runs []*Results) *Results {
 			}
 			// Of an even count, the mean of the two middle values: the
 			// lower one alone would favour the faster half of the runs.
-			return median(vals)
+			return MedianOf(vals)
 		}
 		m := ms[0]
 		m.P50 = med(func(m Measurement) float64 { return m.P50 })

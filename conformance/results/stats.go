@@ -15,9 +15,9 @@ const (
 	DefaultSeed       = 1
 )
 
-// median is the middle of vals (of an even count, the mean of the two
-// middle values); vals is sorted in place.
-func median(vals []float64) float64 {
+// MedianOf is the middle of vals (of an even count, the mean of the two
+// middle values), NaN of none; vals is sorted in place.
+func MedianOf(vals []float64) float64 {
 	if len(vals) == 0 {
 		return math.NaN()
 	}
@@ -95,16 +95,13 @@ func BootstrapMedianChange(baseline, current []float64, opts BootstrapOptions) (
 		for j := range c {
 			c[j] = current[rng.IntN(len(current))]
 		}
-		changes[i] = relativeChange(median(b), median(c))
+		changes[i] = relativeChange(MedianOf(b), MedianOf(c))
 	}
 	slices.Sort(changes)
 	alpha := 1 - opts.Confidence
 	return quantile(changes, alpha/2), quantile(changes, 1-alpha/2), true
 }
 
-// quantile is the nearest-rank q-quantile (0 < q < 1) of sorted values.
-func quantile(sorted []float64, q float64) float64 {
-	rank := int(math.Ceil(q * float64(len(sorted))))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
-}
+// quantile is the nearest-rank q-quantile (0 < q < 1) of sorted values:
+// Percentile's rule, the one every percentile of gpulab uses.
+func quantile(sorted []float64, q float64) float64 { return Percentile(sorted, q*100) }

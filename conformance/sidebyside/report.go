@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -220,11 +221,14 @@ func (t Table) cells(r Row) []string {
 // over the rounds (each round one value a side), e.g. "1.12 [0.98, 1.30]";
 // "-" where a side is missing or its median is 0.
 func ratio(den, num []float64) string {
-	md := median(den)
-	if len(den) == 0 || len(num) == 0 || md <= 0 {
+	if len(den) == 0 || len(num) == 0 {
 		return "-"
 	}
-	out := fmt.Sprintf("%.2f", median(num)/md)
+	md := results.MedianOf(slices.Clone(den))
+	if !(md > 0) {
+		return "-"
+	}
+	out := fmt.Sprintf("%.2f", results.MedianOf(slices.Clone(num))/md)
 	if lo, hi, ok := results.BootstrapMedianChange(den, num, results.BootstrapOptions{}); ok && !math.IsInf(lo, 0) && !math.IsInf(hi, 0) {
 		out += fmt.Sprintf(" [%.2f, %.2f]", 1+lo, 1+hi)
 	}
@@ -242,18 +246,6 @@ func span(vs []float64) string {
 		return num(s[0])
 	}
 	return num(s[0]) + "–" + num(s[len(s)-1])
-}
-
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func num(v float64) string {
