@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
-	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/internal/scheme"
 )
 
 // A baseline set on a cluster is one ConfigMap, labelled BaselineSetLabel,
@@ -78,7 +78,7 @@ func newConfigMapStore(src, kubeconfig, kubeContext string) (*configMapStore, er
 		if err != nil {
 			return nil, err
 		}
-		return client.New(cfg, client.Options{Scheme: local.Scheme})
+		return client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	}}, nil
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/conformance/runner"
-	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/internal/scheme"
 )
 
 // cleanupCommand deletes what a run left on a cluster, found by its run
@@ -45,7 +45,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpulab-conformance cleanup: %v\n", err)
 		return results.ExitUsage
 	}
-	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpulab-conformance cleanup: %v\n", err)
 		return results.ExitFailed

@@ -22,8 +22,8 @@ import (
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/internal/version"
-	"github.com/gpulab/gpulab/testbeds/local"
 )
 
 // DefaultRunnerImage is the suite's image at this build's version, as the
@@ -397,7 +397,7 @@ func clients(kubeconfig, kubeContext string, stderr io.Writer) (client.Client, k
 		fmt.Fprintf(stderr, "gpulab-conformance: %v\n", err)
 		return nil, nil, "", results.ExitUsage
 	}
-	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpulab-conformance: %v\n", err)
 		return nil, nil, "", results.ExitFailed

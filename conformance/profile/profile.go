@@ -27,6 +27,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
@@ -190,7 +191,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		return fail(err)
 	}
 	env.Config.QPS, env.Config.Burst = 500, 1000
-	if env.Client, err = client.New(env.Config, client.Options{Scheme: local.Scheme}); err != nil {
+	if env.Client, err = client.New(env.Config, client.Options{Scheme: scheme.Scheme}); err != nil {
 		return fail(err)
 	}
 	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
@@ -288,7 +289,7 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	// seconds and measure the suite's pace, not the operator's.
 	cfg.QPS = float32(cmp.Or(opts.ClientQPS, 50))
 	cfg.Burst = 2 * int(cfg.QPS)
-	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return nil, err
 	}

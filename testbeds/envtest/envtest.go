@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -70,8 +70,8 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     opts.CRDDirs,
 		ErrorIfCRDPathMissing: true,
-		Scheme:                local.Scheme,
-		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: local.Scheme},
+		Scheme:                scheme.Scheme,
+		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: scheme.Scheme},
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -82,7 +82,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		}
 		return nil, fmt.Errorf("starting envtest (assets %s): %w", assets, err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		_ = env.Stop()
 		return nil, err

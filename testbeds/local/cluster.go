@@ -14,32 +14,20 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
-	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/scheme"
 )
 
 // fieldManager owns what the testbed applies.
 const fieldManager = "gpulab-testbed"
 
-// Scheme knows every kind the testbed and its tests touch.
-var Scheme = runtime.NewScheme()
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
-	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
-	utilruntime.Must(schedulingv1beta1.AddToScheme(Scheme))
-	utilruntime.Must(batchv1alpha1.AddToScheme(Scheme))
-	utilruntime.Must(gpulabv1alpha1.AddToScheme(Scheme))
-}
+// Scheme is gpulab's shared scheme (internal/scheme), named here for the
+// testbed's tests.
+var Scheme = scheme.Scheme
 
 // RESTConfig is the running testbed's admin client configuration.
 func (t *Testbed) RESTConfig() (*rest.Config, error) { return restConfig(t.Kubeconfig()) }

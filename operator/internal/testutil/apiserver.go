@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/gpulab/gpulab/testbeds/local"
+	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -58,8 +58,8 @@ func StartAPIServer(tb testing.TB, args ...string) *APIServer {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(root, "operator", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-		Scheme:                local.Scheme,
-		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: local.Scheme},
+		Scheme:                scheme.Scheme,
+		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: scheme.Scheme},
 	}
 	flags := env.ControlPlane.GetAPIServer().Configure()
 	for _, a := range args {
@@ -75,7 +75,7 @@ func StartAPIServer(tb testing.TB, args ...string) *APIServer {
 			tb.Errorf("stopping envtest: %v", err)
 		}
 	})
-	c, err := client.New(cfg, client.Options{Scheme: local.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		tb.Fatal(err)
 	}
