@@ -11,12 +11,18 @@ import (
 )
 
 // Create makes a gang's children in gpulab's operator's order: the head
-// Service, the PodGroup (so no pod can be bound outside its gang), then
-// the pods, at most podParallelism at a time. It stops at a failed
-// Service or PodGroup, and otherwise reports every failure.
+// Service, the claim templates, the PodGroup (so no pod can be bound
+// outside its gang), then the pods, at most podParallelism at a time. It
+// stops at a failed Service, claim template or PodGroup, and otherwise
+// reports every failure.
 func Create(ctx context.Context, c client.Client, ch *Children) error {
 	if err := c.Create(ctx, ch.Service); err != nil {
 		return fmt.Errorf("creating Service %s: %w", ch.Service.Name, err)
+	}
+	for _, t := range ch.ClaimTemplates {
+		if err := c.Create(ctx, t); err != nil {
+			return fmt.Errorf("creating ResourceClaimTemplate %s: %w", t.Name, err)
+		}
 	}
 	if err := c.Create(ctx, ch.PodGroup); err != nil {
 		return fmt.Errorf("creating PodGroup %s: %w", ch.PodGroup.Name, err)

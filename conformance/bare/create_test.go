@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -18,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/gpulab/gpulab/internal/gang/gangtest"
 )
 
 func scheme(t *testing.T) *runtime.Scheme {
@@ -61,6 +64,8 @@ func kindName(obj client.Object) string {
 		return "PodGroup/" + obj.GetName()
 	case *corev1.Service:
 		return "Service/" + obj.GetName()
+	case *resourceapi.ResourceClaimTemplate:
+		return "ResourceClaimTemplate/" + obj.GetName()
 	}
 	return "Pod/" + obj.GetName()
 }
@@ -78,6 +83,30 @@ func TestCreateInTheOperatorsOrder(t *testing.T) {
 	var pods corev1.PodList
 	if err := c.List(context.Background(), &pods); err != nil || len(pods.Items) != 4 {
 		t.Errorf("%d pods (%v), want 4", len(pods.Items), err)
+	}
+}
+
+// A DRA group's claim template comes before the PodGroup and the pods that
+// claim from it, as in the operator; one that cannot be created leaves the
+// gang without PodGroup and pods.
+func TestCreateClaimTemplatesFirst(t *testing.T) {
+	c := gangtest.Cluster()
+	cm := Object(c.Name, nil, specOf(c, gangtest.Overheads()))
+	cm.Namespace, cm.UID = c.Namespace, "uid-train"
+	fc, order := recording(t, nil)
+	if err := CreateAll(context.Background(), fc, []*corev1.ConfigMap{cm}); err != nil {
+		t.Fatal(err)
+	}
+	got := order()
+	if len(got) != 9 || got[0] != "Service/train-head" || got[1] != "ResourceClaimTemplate/train-extra-gpus" || got[2] != "PodGroup/train-pg" {
+		t.Fatalf("creates %v, want the Service, the claim template, the PodGroup, then 6 pods", got)
+	}
+	fc, order = recording(t, map[string]bool{"ResourceClaimTemplate/train-extra-gpus": true})
+	if err := CreateAll(context.Background(), fc, []*corev1.ConfigMap{cm}); err == nil || !strings.Contains(err.Error(), "train-extra-gpus") {
+		t.Errorf("a refused claim template: %v", err)
+	}
+	if got := order(); len(got) != 2 {
+		t.Errorf("creates %v after the claim template was refused", got)
 	}
 }
 

@@ -2,20 +2,21 @@ package bare
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gang"
 )
 
-// Labels, keys and names of a bare gang's objects.
+// Labels and keys of a bare gang's objects.
 const (
 	// GangLabel marks a bare gang's ConfigMap, its value the gang's name:
 	// the recorder watches only ConfigMaps carrying it.
@@ -24,14 +25,13 @@ const (
 	PodsKey = "pods"
 	// SpecKey is the ConfigMap key holding the gang's Spec as JSON.
 	SpecKey = "spec"
-	// SchedulerName is the schedulerName of the gang's pods (Volcano's).
-	SchedulerName = "volcano"
-	// TaskAnnotation names a pod's task for the PodGroup's minTaskMember.
-	TaskAnnotation = "volcano.sh/task-spec"
 )
 
-// Spec is a gang as a GPUCluster's spec says it, with GPUs already in the
-// templates (the operator's perPod request resolved: request and limit).
+// Spec is a gang as a GPUCluster's spec says it, on Volcano: Cluster
+// turns it into that GPUCluster, and the children are what the operator's
+// gang builder (internal/gang) makes of it. GPUs may be in the templates
+// already (as a resolved perPod request: request and limit) or asked for
+// per group as a GPUCluster asks.
 type Spec struct {
 	// Queue is the Volcano queue of the gang's PodGroup.
 	Queue string `json:"queue,omitempty"`
@@ -39,17 +39,61 @@ type Spec struct {
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 	// Head is the head pod's template: task "head", one pod.
 	Head corev1.PodTemplateSpec `json:"head"`
+	// HeadGPUs is the head's accelerator request, as spec.head.gpus.
+	HeadGPUs *gpulabv1alpha1.GPURequest `json:"headGPUs,omitempty"`
 	// Groups are the worker groups, each a task of Replicas pods.
 	Groups []Group `json:"groups,omitempty"`
+	// Overheads are the pod overheads of the RuntimeClasses the templates
+	// name, as the operator reads them from the cluster's RuntimeClass
+	// objects: only the PodGroup's minResources counts them.
+	Overheads map[string]corev1.ResourceList `json:"overheads,omitempty"`
 }
 
-// Group is a worker group: Replicas pods from Template, all needed.
+// Group is a worker group, as spec.workerGroups[] says it.
 type Group struct {
 	// Name is the group's name, its pods' task; no '-' in it (the pod
 	// names rely on that, as GPUCluster worker group names do).
-	Name     string                 `json:"name"`
-	Replicas int32                  `json:"replicas"`
-	Template corev1.PodTemplateSpec `json:"template"`
+	Name     string `json:"name"`
+	Replicas int32  `json:"replicas"`
+	// MinReplicas is how many of the group's pods the gang needs; unset
+	// means all of them.
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+	// GPUs is each pod's accelerator request: perPod only (wholeNode is
+	// resolved against the fleet, which only the operator reads), as the
+	// extended resource or, with deviceClassName, a DRA claim.
+	GPUs     *gpulabv1alpha1.GPURequest `json:"gpus,omitempty"`
+	Template corev1.PodTemplateSpec     `json:"template"`
+}
+
+// Cluster is the GPUCluster namespace/name whose spec s says, scheduled by
+// Volcano: the input the operator's gang builder gets for it. A wholeNode
+// GPU request is an error: only the operator resolves one.
+func (s Spec) Cluster(name, namespace string) (*gpulabv1alpha1.GPUCluster, error) {
+	c := &gpulabv1alpha1.GPUCluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gpulabv1alpha1.GroupVersion.String(), Kind: "GPUCluster"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: gpulabv1alpha1.GPUClusterSpec{
+			Head: gpulabv1alpha1.HeadSpec{GPUs: s.HeadGPUs, Template: s.Head},
+			Scheduling: gpulabv1alpha1.SchedulingSpec{Scheduler: gpulabv1alpha1.SchedulerVolcano, Queue: s.Queue,
+				PriorityClassName: s.PriorityClassName},
+		},
+	}
+	check := func(group string, r *gpulabv1alpha1.GPURequest) error {
+		if r != nil && r.PerPod == nil {
+			return fmt.Errorf("group %s: a bare gang's GPUs are perPod (wholeNode needs the operator's view of the fleet)", group)
+		}
+		return nil
+	}
+	errs := []error{check(gpulabv1alpha1.HeadGroupName, s.HeadGPUs)}
+	for _, g := range s.Groups {
+		errs = append(errs, check(g.Name, g.GPUs))
+		c.Spec.WorkerGroups = append(c.Spec.WorkerGroups, gpulabv1alpha1.WorkerGroupSpec{
+			Name: g.Name, Replicas: g.Replicas, MinReplicas: g.MinReplicas, GPUs: g.GPUs, Template: g.Template})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Pods is the gang's pod count: the head and every worker.
@@ -99,20 +143,16 @@ func DesiredPods(cm *corev1.ConfigMap) int {
 type Children struct {
 	PodGroup *schedulingv1beta1.PodGroup
 	Service  *corev1.Service
+	// ClaimTemplates are the DRA groups' ResourceClaimTemplates.
+	ClaimTemplates []*resourceapi.ResourceClaimTemplate
 	// Pods are the head and then each group's pods by index.
 	Pods []*corev1.Pod
 }
 
-// task is one group of identical pods: the head or a worker group.
-type task struct {
-	name     string
-	replicas int32
-	template *corev1.PodTemplateSpec
-}
-
 // ChildrenOf builds the gang's children from its created ConfigMap (its
-// UID is their controller's): pods as the operator renders them, a
-// PodGroup sized from those pods, and the headless head Service.
+// UID is their controller's) with the operator's gang builder: the pods,
+// the PodGroup sized from them, the headless head Service and the claim
+// templates, exactly as the operator builds them for the same spec.
 func ChildrenOf(cm *corev1.ConfigMap) (*Children, error) {
 	if cm.UID == "" {
 		return nil, fmt.Errorf("ConfigMap %s has no UID: its children need the created object", cm.Name)
@@ -121,154 +161,23 @@ func ChildrenOf(cm *corev1.ConfigMap) (*Children, error) {
 	if err := json.Unmarshal([]byte(cm.Data[SpecKey]), &spec); err != nil {
 		return nil, fmt.Errorf("ConfigMap %s is not a bare gang: %w", cm.Name, err)
 	}
-	tasks := []task{{name: gpulabv1alpha1.HeadGroupName, replicas: 1, template: &spec.Head}}
-	for i := range spec.Groups {
-		g := &spec.Groups[i]
-		tasks = append(tasks, task{name: g.Name, replicas: g.Replicas, template: &g.Template})
+	cluster, err := spec.Cluster(cm.Name, cm.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s: %w", cm.Name, err)
 	}
+	objs := gang.Build(cluster, gang.Groups(cluster), spec.Overheads)
+	ch := &Children{PodGroup: gang.VolcanoPodGroup(cluster, objs.Size), Service: objs.Service,
+		ClaimTemplates: objs.ClaimTemplates, Pods: objs.Pods}
 	owner := *metav1.NewControllerRef(cm, corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	ch := &Children{}
-	var members []member
-	for i := range tasks {
-		t := &tasks[i]
-		for idx := range t.replicas {
-			pod := buildPod(cm.Name, cm.Namespace, spec.PriorityClassName, t, idx)
-			pod.OwnerReferences = []metav1.OwnerReference{owner}
-			ch.Pods = append(ch.Pods, pod)
-		}
-		if t.replicas > 0 {
-			members = append(members, member{task: t.name, pod: ch.Pods[len(ch.Pods)-1], count: t.replicas})
-		}
+	owned := []metav1.Object{ch.PodGroup, ch.Service}
+	for _, t := range ch.ClaimTemplates {
+		owned = append(owned, t)
 	}
-	ch.PodGroup = buildPodGroup(cm.Name, cm.Namespace, spec, members)
-	ch.PodGroup.OwnerReferences = []metav1.OwnerReference{owner}
-	ch.Service = buildHeadService(cm.Name, cm.Namespace, &spec.Head)
-	ch.Service.OwnerReferences = []metav1.OwnerReference{owner}
+	for _, p := range ch.Pods {
+		owned = append(owned, p)
+	}
+	for _, o := range owned {
+		o.SetOwnerReferences([]metav1.OwnerReference{owner})
+	}
 	return ch, nil
-}
-
-// buildPod renders one pod of a task as the operator's buildPod does:
-// deterministic name and hostname, the cluster/group/index labels, the
-// environment launchers read, Volcano's scheduler and group annotations,
-// and the template hash.
-func buildPod(gang, namespace, priorityClass string, t *task, index int32) *corev1.Pod {
-	tmpl := t.template.DeepCopy()
-	name := gpulabv1alpha1.WorkerPodName(gang, t.name, index)
-	if t.name == gpulabv1alpha1.HeadGroupName {
-		name = gpulabv1alpha1.HeadPodName(gang)
-	}
-	labels := maps.Clone(tmpl.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[gpulabv1alpha1.ClusterLabel] = gang
-	labels[gpulabv1alpha1.GroupLabel] = t.name
-	labels[gpulabv1alpha1.IndexLabel] = strconv.Itoa(int(index))
-	pod := &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels, Annotations: tmpl.Annotations},
-		Spec:       tmpl.Spec,
-	}
-	pod.Spec.Hostname = name
-	if priorityClass != "" {
-		pod.Spec.PriorityClassName = priorityClass
-	}
-	env := []corev1.EnvVar{
-		{Name: gpulabv1alpha1.EnvClusterName, Value: gang},
-		{Name: gpulabv1alpha1.EnvGroup, Value: t.name},
-		{Name: gpulabv1alpha1.EnvIndex, Value: strconv.Itoa(int(index))},
-		{Name: gpulabv1alpha1.EnvHeadAddress, Value: gpulabv1alpha1.HeadAddress(gang, namespace)},
-	}
-	for i := range pod.Spec.Containers {
-		pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, env...)
-	}
-	pod.Spec.SchedulerName = SchedulerName
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] = gpulabv1alpha1.PodGroupName(gang)
-	pod.Annotations[TaskAnnotation] = t.name
-	pod.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] = gpulabv1alpha1.PodTemplateHash(pod)
-	return pod
-}
-
-// member is count pods of one task shaped like pod, all of them needed.
-type member struct {
-	task  string
-	pod   *corev1.Pod
-	count int32
-}
-
-// buildPodGroup is the gang's Volcano PodGroup, sized as the operator's
-// sizing package sizes it: every pod needed (minMember), per task
-// (minTaskMember), and the sum of their effective requests (minResources).
-func buildPodGroup(gang, namespace string, spec Spec, members []member) *schedulingv1beta1.PodGroup {
-	pg := &schedulingv1beta1.PodGroup{
-		TypeMeta: metav1.TypeMeta{APIVersion: schedulingv1beta1.SchemeGroupVersion.String(), Kind: "PodGroup"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: gpulabv1alpha1.PodGroupName(gang),
-			Labels: map[string]string{gpulabv1alpha1.ClusterLabel: gang}},
-		Spec: schedulingv1beta1.PodGroupSpec{
-			MinTaskMember:     map[string]int32{},
-			Queue:             spec.Queue,
-			PriorityClassName: spec.PriorityClassName,
-			MinResources:      &corev1.ResourceList{},
-		},
-	}
-	for _, m := range members {
-		pg.Spec.MinMember += m.count
-		pg.Spec.MinTaskMember[m.task] += m.count
-		for name, q := range effectiveRequest(m.pod) {
-			total, n := (*pg.Spec.MinResources)[name], q.DeepCopy()
-			n.Mul(int64(m.count))
-			total.Add(n)
-			(*pg.Spec.MinResources)[name] = total
-		}
-	}
-	return pg
-}
-
-// effectiveRequest is what the scheduler reserves for pod, by the
-// Kubernetes rule (the operator's sizing.EffectiveRequest): limits stand
-// in for unset requests, then app and init phases, sidecars and pod-level
-// resources; zero quantities are dropped.
-func effectiveRequest(pod *corev1.Pod) corev1.ResourceList {
-	p := pod.DeepCopy()
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range cs {
-			c := &cs[i]
-			for name, limit := range c.Resources.Limits {
-				if _, set := c.Resources.Requests[name]; set {
-					continue
-				}
-				if c.Resources.Requests == nil {
-					c.Resources.Requests = corev1.ResourceList{}
-				}
-				c.Resources.Requests[name] = limit.DeepCopy()
-			}
-		}
-	}
-	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-	for _, name := range slices.Collect(maps.Keys(reqs)) {
-		if q := reqs[name]; q.IsZero() {
-			delete(reqs, name)
-		}
-	}
-	return reqs
-}
-
-// buildHeadService is the operator's headless head Service: published
-// before the head is Ready (workers rendezvous with it while it starts),
-// selecting the head by the cluster and group labels.
-func buildHeadService(gang, namespace string, head *corev1.PodTemplateSpec) *corev1.Service {
-	return &corev1.Service{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: gpulabv1alpha1.HeadServiceName(gang),
-			Labels: map[string]string{gpulabv1alpha1.ClusterLabel: gang}},
-		Spec: corev1.ServiceSpec{
-			ClusterIP:                corev1.ClusterIPNone,
-			PublishNotReadyAddresses: true,
-			Selector:                 map[string]string{gpulabv1alpha1.ClusterLabel: gang, gpulabv1alpha1.GroupLabel: gpulabv1alpha1.HeadGroupName},
-			Ports:                    gpulabv1alpha1.HeadServicePorts(head.Spec.Containers),
-		},
-	}
 }

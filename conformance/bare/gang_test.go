@@ -13,6 +13,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gang"
 )
 
 const runLabel = "conformance.gpulab.io/run-id"
@@ -111,7 +112,7 @@ func TestPodsNamedAndDecoratedAsTheOperator(t *testing.T) {
 	if w.Spec.SchedulerName != "volcano" || w.Spec.Hostname != w.Name || w.Namespace != "ns" {
 		t.Errorf("scheduler %q, hostname %q, namespace %q", w.Spec.SchedulerName, w.Spec.Hostname, w.Namespace)
 	}
-	if a := w.Annotations; a[schedulingv1beta1.KubeGroupNameAnnotationKey] != "g-pg" || a[TaskAnnotation] != "workers" || a[gpulabv1alpha1.PodTemplateHashAnnotation] == "" {
+	if a := w.Annotations; a[schedulingv1beta1.KubeGroupNameAnnotationKey] != "g-pg" || a[gang.TaskAnnotation] != "workers" || a[gpulabv1alpha1.PodTemplateHashAnnotation] == "" {
 		t.Errorf("annotations %v", a)
 	}
 	wantLabels := map[string]string{runLabel: "r1", gpulabv1alpha1.ClusterLabel: "g", gpulabv1alpha1.GroupLabel: "workers", gpulabv1alpha1.IndexLabel: "1"}
@@ -178,20 +179,5 @@ func TestSpecRoundTrips(t *testing.T) {
 	cm.Data[SpecKey] = "{"
 	if _, err := ChildrenOf(cm); err == nil || !strings.Contains(err.Error(), "not a bare gang") {
 		t.Errorf("a broken spec: %v", err)
-	}
-}
-
-// Limits stand in for unset requests and the largest init container
-// counts, by the Kubernetes rule the operator sizes with.
-func TestEffectiveRequest(t *testing.T) {
-	pod := &corev1.Pod{Spec: corev1.PodSpec{
-		InitContainers: []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}},
-		Containers: []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), "nvidia.com/gpu": resource.MustParse("2")}}}},
-	}}
-	got := effectiveRequest(pod)
-	if cpu, gpu := got[corev1.ResourceCPU], got["nvidia.com/gpu"]; cpu.Cmp(resource.MustParse("2")) != 0 || gpu.Value() != 2 {
-		t.Errorf("effective request %v, want 2 CPUs (the init phase) and 2 GPUs (from the limit)", got)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	k8sscheduling "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,16 +15,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gang"
+	"github.com/gpulab/gpulab/internal/gang/sizing"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
-	"github.com/gpulab/gpulab/operator/internal/sizing"
 )
 
 // NativePodGroupVersion is the scheduling.k8s.io version the Kubernetes
-// backend writes PodGroups in. Kubernetes 1.37 serves PodGroups in
-// v1alpha3 and v1beta1 (one object, stored as v1beta1), and kube-scheduler
-// and kube-controller-manager read them in v1beta1 only: a cluster where
-// native gangs work serves v1beta1.
-var NativePodGroupVersion = k8sscheduling.SchemeGroupVersion
+// backend writes PodGroups in (gang.NativePodGroupVersion, v1beta1).
+var NativePodGroupVersion = gang.NativePodGroupVersion
 
 // Phases of a scheduling.k8s.io PodGroup in status.podGroup.phase, from
 // its PodGroupInitiallyScheduled condition; a False condition's reason
@@ -49,45 +46,23 @@ var _ Backend = Kubernetes{}
 // Name implements Backend.
 func (Kubernetes) Name() gpulabv1alpha1.SchedulerName { return gpulabv1alpha1.SchedulerKubernetes }
 
-// Decorate implements Backend: the pod goes to kube-scheduler (whatever
-// the template named) as a member of the cluster's PodGroup. The task is
-// the pod's group label already; the PodGroup has no tasks.
-func (Kubernetes) Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, _ string) {
-	pod.Spec.SchedulerName = corev1.DefaultSchedulerName
-	name := gpulabv1alpha1.PodGroupName(cluster.Name)
-	pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &name}
-}
-
-// nativeSpec is the PodGroup spec a cluster's gang asks for.
-func nativeSpec(cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) k8sscheduling.PodGroupSpec {
-	return k8sscheduling.PodGroupSpec{
-		SchedulingPolicy:  k8sscheduling.PodGroupSchedulingPolicy{Gang: &k8sscheduling.GangSchedulingPolicy{MinCount: gang.MinMember}},
-		PriorityClassName: cluster.Spec.Scheduling.PriorityClassName,
-	}
-}
-
 // Ensure implements Backend. minCount is mutable and updated in place;
 // the gang policy and priorityClassName are immutable, so a PodGroup
 // whose own differ is deleted and created anew once it is gone (the pods
 // built from the old spec go meanwhile: their template hash changed with
 // the priority class). A PodGroup being deleted (suspend, replacement)
 // is waited for: pods naming it would join a dying group.
-func (Kubernetes) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
-	want := nativeSpec(cluster, gang)
+func (Kubernetes) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, size sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
+	built := gang.NativePodGroup(cluster, size)
+	want := built.Spec
 	pg := &k8sscheduling.PodGroup{}
-	key := client.ObjectKey{Namespace: cluster.Namespace, Name: gpulabv1alpha1.PodGroupName(cluster.Name)}
+	key := client.ObjectKeyFromObject(built)
 	err := c.Get(ctx, key, pg)
 	switch {
 	case meta.IsNoMatchError(err):
 		return nil, false, nativeNotServed(err)
 	case apierrors.IsNotFound(err):
-		pg = &k8sscheduling.PodGroup{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster.Name},
-			},
-			Spec: want,
-		}
+		pg = built
 		if err := controllerutil.SetControllerReference(cluster, pg, c.Scheme()); err != nil {
 			return nil, false, err
 		}
@@ -170,13 +145,13 @@ func (Kubernetes) Release(ctx context.Context, c client.Client, cluster *gpulabv
 
 // Coverage implements Backend: kube-scheduler's PodGroup counts pods
 // (minCount) and carries a priority class, nothing more.
-func (Kubernetes) Coverage(cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) Coverage {
+func (Kubernetes) Coverage(cluster *gpulabv1alpha1.GPUCluster, size sizing.GangSize) Coverage {
 	var missing []string
-	if !gang.TaskMinimumsImplied() {
+	if !size.TaskMinimumsImplied() {
 		missing = append(missing, fmt.Sprintf("minTaskMember %s (the PodGroup has no per-task minimums: any %d of the cluster's pods meet minCount)",
-			formatTaskMembers(gang.MinTaskMember), gang.MinMember))
+			formatTaskMembers(size.MinTaskMember), size.MinMember))
 	}
-	if len(gang.MinResources) > 0 {
+	if len(size.MinResources) > 0 {
 		missing = append(missing, "minResources (no queue admission: kube-scheduler checks the gang against free node capacity when it places it)")
 	}
 	if claimed := ClaimedDevices(cluster); claimed != "" {
@@ -188,11 +163,11 @@ func (Kubernetes) Coverage(cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangS
 	}
 	if len(missing) == 0 {
 		return Coverage{Complete: true, Reason: gpulabv1alpha1.ReasonGangPolicyExpressed,
-			Message: fmt.Sprintf("the scheduling.k8s.io PodGroup's gang minCount %d carries the whole gang policy", gang.MinMember)}
+			Message: fmt.Sprintf("the scheduling.k8s.io PodGroup's gang minCount %d carries the whole gang policy", size.MinMember)}
 	}
 	return Coverage{Reason: gpulabv1alpha1.ReasonGangPolicyPartial,
 		Message: fmt.Sprintf("scheduler kubernetes enforces minCount %d (minMember) and priorityClassName; it cannot express %s",
-			gang.MinMember, strings.Join(missing, "; "))}
+			size.MinMember, strings.Join(missing, "; "))}
 }
 
 func formatTaskMembers(m map[string]int32) string {

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gang/sizing"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
-	"github.com/gpulab/gpulab/operator/internal/sizing"
 )
 
 func testScheme(t *testing.T) *runtime.Scheme {
@@ -61,23 +61,6 @@ func getPodGroup(t *testing.T, c client.Client) *k8sscheduling.PodGroup {
 		t.Fatalf("reading the PodGroup: %v", err)
 	}
 	return pg
-}
-
-// TestKubernetesDecorate: every pod goes to kube-scheduler, whatever its
-// template asked, as a member of the cluster's PodGroup, with nothing of
-// Volcano's.
-func TestKubernetesDecorate(t *testing.T) {
-	pod := &corev1.Pod{Spec: corev1.PodSpec{SchedulerName: "volcano"}}
-	Kubernetes{}.Decorate(pod, nativeCluster(), "workers")
-	if pod.Spec.SchedulerName != corev1.DefaultSchedulerName {
-		t.Errorf("schedulerName = %q, want %q", pod.Spec.SchedulerName, corev1.DefaultSchedulerName)
-	}
-	if g := pod.Spec.SchedulingGroup; g == nil || g.PodGroupName == nil || *g.PodGroupName != "gang-pg" {
-		t.Errorf("schedulingGroup = %+v, want podGroupName gang-pg", g)
-	}
-	if len(pod.Annotations) != 0 {
-		t.Errorf("annotations %v, want none (Volcano's are not needed)", pod.Annotations)
-	}
 }
 
 // TestKubernetesEnsure: the PodGroup is created controlled by the cluster

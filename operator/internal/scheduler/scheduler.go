@@ -3,8 +3,10 @@
 // PodGroup), Kubernetes itself (a scheduling.k8s.io PodGroup with a gang
 // policy, kube-scheduler's gangscheduling plugin) or the default
 // kube-scheduler without a gang. Every backend is fed the same gang
-// arithmetic (package sizing); what a backend cannot express it reports
-// through Coverage, never drops silently.
+// arithmetic (internal/gang/sizing) and writes the PodGroup that
+// internal/gang builds, which also decorates each pod for its scheduler;
+// what a backend cannot express it reports through Coverage, never drops
+// silently.
 package scheduler
 
 import (
@@ -13,11 +15,10 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/sizing"
+	"github.com/gpulab/gpulab/internal/gang/sizing"
 )
 
 // ErrNotInstalled means the scheduler's API (Volcano's CRDs, or the
@@ -79,9 +80,6 @@ func ClaimedDevices(cluster *gpulabv1alpha1.GPUCluster) string {
 type Backend interface {
 	// Name is the scheduler's name as in spec.scheduling.scheduler.
 	Name() gpulabv1alpha1.SchedulerName
-	// Decorate adds what a pod needs to be placed by this scheduler in the
-	// cluster's gang, as member of task.
-	Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, task string)
 	// Ensure creates or updates the gang before any pod exists and reports
 	// what it observed (nil when the scheduler has no gang object). The
 	// bool says whether the gang object changed. An error wrapping
@@ -96,7 +94,8 @@ type Backend interface {
 	Coverage(cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) Coverage
 }
 
-// For returns the Backend implementation for a cluster's scheduler.
+// For returns the Backend implementation for a cluster's scheduler: the
+// one whose pods gang.Decorate decorates for that scheduler.
 func For(name gpulabv1alpha1.SchedulerName) Backend {
 	switch name {
 	case gpulabv1alpha1.SchedulerDefault:
@@ -113,8 +112,6 @@ type defaultScheduler struct{}
 var _ Backend = defaultScheduler{}
 
 func (defaultScheduler) Name() gpulabv1alpha1.SchedulerName { return gpulabv1alpha1.SchedulerDefault }
-
-func (defaultScheduler) Decorate(*corev1.Pod, *gpulabv1alpha1.GPUCluster, string) {}
 
 func (defaultScheduler) Ensure(context.Context, client.Client, *gpulabv1alpha1.GPUCluster, sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
 	return nil, false, nil

@@ -5,26 +5,17 @@ import (
 	"fmt"
 	"maps"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gang"
+	"github.com/gpulab/gpulab/internal/gang/sizing"
 	"github.com/gpulab/gpulab/operator/internal/ownership"
-	"github.com/gpulab/gpulab/operator/internal/sizing"
-)
-
-// Volcano pod metadata.
-const (
-	// VolcanoSchedulerName is the schedulerName of pods Volcano places.
-	VolcanoSchedulerName = "volcano"
-	// TaskAnnotation names a pod's task for minTaskMember.
-	TaskAnnotation = "volcano.sh/task-spec"
 )
 
 // Volcano gang-schedules a cluster through a PodGroup owned by the cluster.
@@ -35,40 +26,18 @@ var _ Backend = Volcano{}
 // Name implements Backend.
 func (Volcano) Name() gpulabv1alpha1.SchedulerName { return gpulabv1alpha1.SchedulerVolcano }
 
-// Decorate implements Backend: Volcano places the pod as a member of the
-// cluster's PodGroup, in task.
-func (Volcano) Decorate(pod *corev1.Pod, cluster *gpulabv1alpha1.GPUCluster, task string) {
-	pod.Spec.SchedulerName = VolcanoSchedulerName
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	pod.Annotations[schedulingv1beta1.KubeGroupNameAnnotationKey] = gpulabv1alpha1.PodGroupName(cluster.Name)
-	pod.Annotations[TaskAnnotation] = task
-}
-
 // Ensure implements Backend.
-func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, gang sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
-	want := schedulingv1beta1.PodGroupSpec{
-		MinMember:         gang.MinMember,
-		MinTaskMember:     gang.MinTaskMember,
-		Queue:             cluster.Spec.Scheduling.Queue,
-		PriorityClassName: cluster.Spec.Scheduling.PriorityClassName,
-		MinResources:      &gang.MinResources,
-	}
+func (Volcano) Ensure(ctx context.Context, c client.Client, cluster *gpulabv1alpha1.GPUCluster, size sizing.GangSize) (*gpulabv1alpha1.PodGroupStatus, bool, error) {
+	built := gang.VolcanoPodGroup(cluster, size)
+	want := built.Spec
 	pg := &schedulingv1beta1.PodGroup{}
-	key := client.ObjectKey{Namespace: cluster.Namespace, Name: gpulabv1alpha1.PodGroupName(cluster.Name)}
+	key := client.ObjectKeyFromObject(built)
 	err := c.Get(ctx, key, pg)
 	switch {
 	case meta.IsNoMatchError(err):
 		return nil, false, volcanoNotServed(err)
 	case apierrors.IsNotFound(err):
-		pg = &schedulingv1beta1.PodGroup{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{gpulabv1alpha1.ClusterLabel: cluster.Name},
-			},
-			Spec: want,
-		}
+		pg = built
 		if err := controllerutil.SetControllerReference(cluster, pg, c.Scheme()); err != nil {
 			return nil, false, err
 		}

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/gang"
+	"github.com/gpulab/gpulab/internal/gang/gangtest"
 	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/scheduler"
@@ -78,6 +80,25 @@ func TestBuildPodPlacesGPUsWhereAsked(t *testing.T) {
 	// The template must be untouched: pods are built from copies.
 	if len(testCluster(2).Spec.WorkerGroups[0].Template.Spec.Containers[1].Resources.Limits) != 0 {
 		t.Errorf("template mutated")
+	}
+}
+
+// TestDesiredIsTheGangBuilders: the operator's desired state for a
+// cluster is exactly what the gang builder makes of its spec, the objects
+// conformance/bare creates for the same spec (its own test checks that
+// half against the same gangtest.Want): nothing added, nothing left out.
+func TestDesiredIsTheGangBuilders(t *testing.T) {
+	c := gangtest.Cluster()
+	d := buildDesired(c, fleet(4), gangtest.Overheads(), scheduler.For(c.Spec.Scheduling.Scheduler), nil)
+	got := &gang.Objects{Service: d.service, ClaimTemplates: d.claimTemplates, Size: d.gang}
+	for _, p := range d.pods {
+		got.Pods = append(got.Pods, p)
+	}
+	for _, diff := range gangtest.Diff(gangtest.Want(), got) {
+		t.Error(diff)
+	}
+	if len(d.groups) != 3 || d.groups[1].GPUsPerPod != 4 || d.groups[2].GPUsPerPod != 2 {
+		t.Errorf("groups %+v, want head, workers of 4 GPUs, extra of 2", d.groups)
 	}
 }
 

@@ -270,10 +270,10 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 	}
 	for _, g := range s.desired.groups {
 		next.Groups = append(next.Groups, gpulabv1alpha1.GroupStatus{
-			Name: g.name, Desired: g.replicas, Ready: counts.readyByGroup[g.name], GPUsPerPod: g.gpusPerPod,
+			Name: g.Name, Desired: g.Replicas, Ready: counts.readyByGroup[g.Name], GPUsPerPod: g.GPUsPerPod,
 		})
-		next.DesiredPods += g.replicas
-		next.GPUs += g.replicas * g.gpusPerPod
+		next.DesiredPods += g.Replicas
+		next.GPUs += g.Replicas * g.GPUsPerPod
 	}
 	next.ReadyPods = counts.ready
 	if next.PodGroup == nil && !suspended && s.gangErr == nil {

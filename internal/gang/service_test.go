@@ -1,10 +1,13 @@
-package gpucluster
+package gang_test
 
 import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpulab/gpulab/internal/gang"
+	"github.com/gpulab/gpulab/internal/gang/gangtest"
 )
 
 // TestHeadServicePortNames: the head Service's ports get unique, valid
@@ -12,7 +15,7 @@ import (
 // made the Service invalid, and the gang waited on it), and a port two
 // containers declare alike is listed once.
 func TestHeadServicePortNames(t *testing.T) {
-	c := testCluster(1)
+	c := gangtest.Cluster()
 	c.Spec.Head.Template.Spec.Containers = []corev1.Container{
 		{Name: "a", Ports: []corev1.ContainerPort{
 			{ContainerPort: 29500, Protocol: corev1.ProtocolTCP},
@@ -25,7 +28,7 @@ func TestHeadServicePortNames(t *testing.T) {
 			{Name: "dashboard", ContainerPort: 8266},
 		}},
 	}
-	ports := buildHeadService(c).Spec.Ports
+	ports := gang.HeadService(c).Spec.Ports
 	names := map[string]bool{}
 	type key struct {
 		port     int32

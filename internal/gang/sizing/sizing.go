@@ -1,9 +1,11 @@
-// Package sizing computes a gang's Volcano PodGroup sizing — minMember,
+// Package sizing computes a gang's PodGroup sizing — minMember,
 // minTaskMember and minResources — from the pods exactly as they will be
-// created. Each pod counts with its effective request by the Kubernetes rule
-// (app containers plus restartable sidecars, the largest init phase, pod
-// overhead, pod-level resources), so the queue admits a gang only when its
-// real footprint fits; summing container templates alone under-counts.
+// created. Each pod counts with its effective request by the Kubernetes
+// rule (app containers plus restartable sidecars, the largest init phase,
+// pod overhead, pod-level resources), so the queue admits a gang only when
+// its real footprint fits; summing container templates alone under-counts.
+// It is the arithmetic under package gang, which gpulab's operator and the
+// suite's no-operator floor (conformance/bare) both build gangs with.
 package sizing
 
 import (

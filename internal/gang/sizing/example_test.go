@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpulab/gpulab/operator/internal/sizing"
+	"github.com/gpulab/gpulab/internal/gang/sizing"
 )
 
 // A worker with an init container larger than its main container counts

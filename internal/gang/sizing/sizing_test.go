@@ -70,6 +70,18 @@ func TestEffectiveRequest(t *testing.T) {
 			}}},
 			want: rl("nvidia.com/gpu", "8", "cpu", "2"),
 		},
+		{
+			// The case conformance/bare checked on its own copy before it
+			// called this package.
+			name: "a limit stands in and a bigger init phase still dominates",
+			pod: corev1.PodSpec{
+				InitContainers: []corev1.Container{container("init", rl("cpu", "2"))},
+				Containers: []corev1.Container{{
+					Name: "a", Resources: corev1.ResourceRequirements{Limits: rl("cpu", "500m", "nvidia.com/gpu", "2")},
+				}},
+			},
+			want: rl("cpu", "2", "nvidia.com/gpu", "2"),
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
