@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 
@@ -66,9 +65,11 @@ func (o *PluginOptions) defaults() {
 // device per request that sets NVIDIA_VISIBLE_DEVICES to the request's GPU
 // UUIDs, and hands the runtime, for each allocated GPU, that device and the
 // GPU's <GPUKind>=<UUID>; unpreparing removes the spec. The spec also
-// records the claim's devices, so a device already prepared for another
-// claim is refused: the driver is the last line of defence against two
-// workloads sharing a GPU, and the specs survive an agent restart.
+// records the claim and its devices, so a device already prepared for
+// another claim is refused: the driver is the last line of defence against
+// two workloads sharing a GPU, and the specs survive an agent restart. At
+// start the specs of claims gone meanwhile are removed (removeStaleSpecs);
+// a spec that cannot be read is logged and ignored.
 type Plugin struct {
 	o      PluginOptions
 	helper *kubeletplugin.Helper
@@ -78,6 +79,9 @@ type Plugin struct {
 	mu    sync.Mutex
 	// gpus are the GPUs of the last published scan by device name.
 	gpus map[string]v1alpha1.GPUDevice
+	// unreadable are the spec files already logged as unreadable: once
+	// each, not at every prepare.
+	unreadable map[string]bool
 }
 
 // StartPlugin registers the plugin with the kubelet and serves it until
@@ -94,7 +98,8 @@ func StartPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec folder %s: %w", o.CDIDir, err)
 	}
-	p := &Plugin{o: o, specs: specCache, gpus: map[string]v1alpha1.GPUDevice{}}
+	p := &Plugin{o: o, specs: specCache, gpus: map[string]v1alpha1.GPUDevice{}, unreadable: map[string]bool{}}
+	p.removeStaleSpecs(ctx)
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.Driver),
 		kubeletplugin.NodeName(o.Node),
@@ -143,14 +148,18 @@ func (p *Plugin) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	return out, nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: a claim
-// never prepared, or already unprepared, has no spec to remove.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: it removes
+// the claims' specs; a claim never prepared, or already unprepared, has
+// none.
 func (p *Plugin) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		err := os.Remove(filepath.Join(p.o.CDIDir, claimSpecFile(c.UID)))
-		if errors.Is(err, os.ErrNotExist) {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			err = nil
+		case err != nil:
+			err = fmt.Errorf("claim %s: removing its CDI spec: %w", c.NamespacedName, err)
 		}
 		out[c.UID] = err
 	}
@@ -171,11 +180,6 @@ func (p *Plugin) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 
 // claimKind is the CDI kind of the prepared claims' devices.
 func (p *Plugin) claimKind() string { return "k8s." + p.o.Driver + "/claim" }
-
-// devicesAnnotation lists, in a claim's spec, the devices it holds.
-const devicesAnnotation = "gpulab.io/devices"
-
-func claimSpecFile(uid types.UID) string { return "gpulab-claim-" + string(uid) + ".json" }
 
 // prepare writes a claim's spec and returns its devices for the kubelet.
 // Only this driver's results are the agent's; one from another pool (a
@@ -216,9 +220,12 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	spec := &specs.Spec{
-		Version:     specs.CurrentVersion,
-		Kind:        p.claimKind(),
-		Annotations: map[string]string{devicesAnnotation: strings.Join(names, ",")},
+		Version: specs.CurrentVersion,
+		Kind:    p.claimKind(),
+		Annotations: map[string]string{
+			devicesAnnotation: strings.Join(names, ","),
+			claimAnnotation:   c.Namespace + "/" + c.Name,
+		},
 	}
 	for _, req := range requests {
 		spec.Devices = append(spec.Devices, specs.Device{
@@ -242,32 +249,6 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		devs = append(devs, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: ids})
 	}
 	return devs, nil
-}
-
-// heldElsewhere fails when one of devices is in the spec of another
-// prepared claim.
-func (p *Plugin) heldElsewhere(uid types.UID, devices []string) error {
-	files, err := filepath.Glob(filepath.Join(p.o.CDIDir, claimSpecFile("*")))
-	if err != nil {
-		return err
-	}
-	own := filepath.Join(p.o.CDIDir, claimSpecFile(uid))
-	for _, f := range files {
-		if f == own {
-			continue
-		}
-		s, err := cdi.ReadSpec(f, 0)
-		if err != nil {
-			return fmt.Errorf("reading the prepared claim %s: %w", f, err)
-		}
-		for _, d := range strings.Split(s.Annotations[devicesAnnotation], ",") {
-			if slices.Contains(devices, d) {
-				other := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "gpulab-claim-"), ".json")
-				return fmt.Errorf("device %s is prepared for claim %s, which has not released it", d, other)
-			}
-		}
-	}
-	return nil
 }
 
 // cdiRequestDevice names a request's CDI device: the claim's UID keeps
