@@ -38,8 +38,8 @@ type Spec struct {
 	// GPUs come from (Dynamic Resource Allocation) instead of GPUs
 	// nvidia.com/gpu; GPUs then only says the probe queries them.
 	ClaimTemplate string
-	// Hold keeps the pod, and its GPUs, after the query until deleted,
-	// printing Done once the query has.
+	// Hold keeps the pod, and its GPUs, after the query until deleted
+	// (or Hold passes); its output ends in Done once the query has.
 	Hold time.Duration
 	// Image needs nvidia-smi, sh and sleep.
 	Image string
@@ -48,30 +48,48 @@ type Spec struct {
 	RuntimeClass string
 }
 
-// Pod is the probe pod of s.
+// Container is the probe's container, whose termination message is its
+// output (Output).
+const Container = "probe"
+
+// probeUID is the probe's user: restricted Pod Security wants a non-root
+// one, and the image's own may be root (CUDA images' is). nvidia-smi needs
+// no root: the device nodes the NVIDIA runtime mounts are world-usable.
+const probeUID = 65534
+
+// Pod is the probe pod of s. Its output goes to the probe container's
+// termination message as well as its log, so the suite reads it from the
+// pod's status (Output) and needs no right to read logs. A holding probe
+// queries in an init container and holds the same GPUs in its one
+// container (the kubelet hands an init container's devices on to the
+// pod's containers): its output is readable while it holds.
 func Pod(s Spec) *corev1.Pod {
-	command := measure.NvidiaSMIQuery
+	command := strings.Join(measure.NvidiaSMIQuery, " ")
 	switch {
 	case s.GPUs == 0:
 		// What the container environment says, then what nvidia-smi
 		// sees; a failing nvidia-smi (no device, no library) is a
 		// result, not an error of the probe.
-		command = []string{"sh", "-c", "echo NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-unset}; nvidia-smi -L || true; echo " + Done}
+		command = "echo NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-unset}; nvidia-smi -L || true; echo " + Done
 	case s.Hold > 0:
-		command = []string{"sh", "-c", strings.Join(measure.NvidiaSMIQuery, " ") + " && echo " + Done + " && exec sleep " + fmt.Sprint(int(s.Hold.Seconds()))}
+		command += " && echo " + Done
 	}
-	ctr := corev1.Container{Name: "probe", Image: s.Image, Command: command}
+	ctr := restricted(corev1.Container{Name: Container, Image: s.Image, Command: []string{"sh", "-c", toTerminationMessage(command)}})
 	switch {
 	case s.ClaimTemplate != "":
 		ctr.Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
 	case s.GPUs > 0:
 		ctr.Resources.Limits = corev1.ResourceList{gfd.GPUResource: *resource.NewQuantity(s.GPUs, resource.DecimalSI)}
 	}
+	yes := true
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			Tolerations:   []corev1.Toleration{{Key: string(gfd.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			// Restricted Pod Security: the run's namespaces enforce it.
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: new(int64(probeUID)), RunAsGroup: new(int64(probeUID)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Tolerations: []corev1.Toleration{{Key: string(gfd.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 					MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{s.Node}}},
@@ -80,6 +98,11 @@ func Pod(s Spec) *corev1.Pod {
 			Containers: []corev1.Container{ctr},
 		},
 	}
+	if s.Hold > 0 {
+		hold := restricted(corev1.Container{Name: "hold", Image: s.Image, Command: []string{"sleep", fmt.Sprint(int(s.Hold.Seconds()))}})
+		hold.Resources = *ctr.Resources.DeepCopy()
+		pod.Spec.InitContainers, pod.Spec.Containers = []corev1.Container{ctr}, []corev1.Container{hold}
+	}
 	if s.ClaimTemplate != "" {
 		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &s.ClaimTemplate}}
 	}
@@ -87,6 +110,32 @@ func Pod(s Spec) *corev1.Pod {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass
 	}
 	return pod
+}
+
+// restricted is c as restricted Pod Security wants it.
+func restricted(c corev1.Container) corev1.Container {
+	no := false
+	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	return c
+}
+
+// toTerminationMessage runs command with its output (stdout and stderr, as
+// a log has them) in the termination message, then in the log too, and
+// exits as command did. The kubelet keeps 4096 bytes of a message: the
+// query's CSV is about 100 bytes a GPU.
+func toTerminationMessage(command string) string {
+	return "( " + command + " ) >/dev/termination-log 2>&1; rc=$?; cat /dev/termination-log; exit $rc"
+}
+
+// Output is what the probe printed, from its container's termination
+// message: "" until that container has ended.
+func Output(p *corev1.Pod) string {
+	for _, s := range append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if s.Name == Container && s.State.Terminated != nil {
+			return s.State.Terminated.Message
+		}
+	}
+	return ""
 }
 
 // Name is a DNS label naming kind's probe on node: node names can be long

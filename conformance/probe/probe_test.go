@@ -40,8 +40,79 @@ func TestPodGoesThroughTheScheduler(t *testing.T) {
 	if cmd := strings.Join(none.Spec.Containers[0].Command, " "); !strings.Contains(cmd, "nvidia-smi -L || true") {
 		t.Errorf("negative probe command %q", cmd)
 	}
-	if cmd := strings.Join(Pod(Spec{Name: "x", Node: "n", GPUs: 1, Hold: time.Minute}).Spec.Containers[0].Command, " "); !strings.Contains(cmd, "exec sleep 60") {
-		t.Errorf("holding probe command %q", cmd)
+}
+
+// A holding probe queries in an init container and holds the very GPUs
+// it queried (the same request) in its container, until Hold passes.
+func TestHoldingProbeHoldsWhatItQueried(t *testing.T) {
+	p := Pod(Spec{Name: "x", Node: "n", GPUs: 2, Hold: time.Minute, Image: "cuda"})
+	if len(p.Spec.InitContainers) != 1 || len(p.Spec.Containers) != 1 {
+		t.Fatalf("%d init containers, %d containers: want the query, then the hold", len(p.Spec.InitContainers), len(p.Spec.Containers))
+	}
+	query, hold := p.Spec.InitContainers[0], p.Spec.Containers[0]
+	if query.Name != Container || !strings.Contains(strings.Join(query.Command, " "), "nvidia-smi --query-gpu") ||
+		!strings.Contains(strings.Join(query.Command, " "), "&& echo "+Done) {
+		t.Errorf("query %s %q", query.Name, query.Command)
+	}
+	if strings.Join(hold.Command, " ") != "sleep 60" {
+		t.Errorf("hold command %q, want sleep 60", hold.Command)
+	}
+	if q := hold.Resources.Limits["nvidia.com/gpu"]; q.Value() != 2 {
+		t.Errorf("the hold asks for %v GPUs, want the query's 2", q.Value())
+	}
+	c := Pod(Spec{Name: "x", Node: "n", GPUs: 2, Hold: time.Minute, ClaimTemplate: "t"})
+	if len(c.Spec.Containers[0].Resources.Claims) != 1 {
+		t.Errorf("a holding claim probe's hold uses claims %v, want the pod's", c.Spec.Containers[0].Resources.Claims)
+	}
+}
+
+// Every probe passes restricted Pod Security, which the run's namespaces
+// enforce, and writes its output where Output reads it.
+func TestProbesAreRestricted(t *testing.T) {
+	for name, s := range map[string]Spec{
+		"query": {GPUs: 1}, "none": {}, "hold": {GPUs: 1, Hold: time.Minute}, "claim": {GPUs: 1, ClaimTemplate: "t"},
+	} {
+		p := Pod(s)
+		ps := p.Spec.SecurityContext
+		if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser == 0 ||
+			ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: pod securityContext %+v: want non-root, a non-zero UID and RuntimeDefault seccomp", name, ps)
+		}
+		if p.Spec.HostNetwork || p.Spec.HostPID || p.Spec.HostIPC || len(p.Spec.Volumes) > 0 {
+			t.Errorf("%s: host namespaces or volumes", name)
+		}
+		for _, c := range append(append([]corev1.Container(nil), p.Spec.InitContainers...), p.Spec.Containers...) {
+			sc := c.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+				len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) > 0 || sc.Privileged != nil {
+				t.Errorf("%s: container %s securityContext %+v", name, c.Name, sc)
+			}
+			if c.Name == Container && !strings.Contains(strings.Join(c.Command, " "), ">/dev/termination-log") {
+				t.Errorf("%s: %q does not write the termination message", name, c.Command)
+			}
+		}
+	}
+}
+
+func TestOutputIsTheTerminationMessage(t *testing.T) {
+	p := &corev1.Pod{}
+	if got := Output(p); got != "" {
+		t.Errorf("a pod that has not run: %q", got)
+	}
+	ended := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: "0, GPU-1\n" + Done}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "hold", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: Container, State: ended}}
+	if got := Output(p); got != ended.Terminated.Message {
+		t.Errorf("a holding probe: %q", got)
+	}
+	p.Status.InitContainerStatuses = nil
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: Container, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	if got := Output(p); got != "" {
+		t.Errorf("a running probe: %q", got)
+	}
+	p.Status.ContainerStatuses[0].State = ended
+	if got := Output(p); got != ended.Terminated.Message {
+		t.Errorf("an ended probe: %q", got)
 	}
 }
 

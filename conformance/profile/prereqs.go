@@ -8,7 +8,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpulab/gpulab/conformance/rbac"
 )
 
 // The CRDs each workload needs on an existing cluster, beyond Volcano's
@@ -73,11 +76,13 @@ func installHint(workload string) string {
 // checkKubeRayBatchScheduler finds KubeRay's operator and checks it was
 // started with Volcano batch scheduling: without it RayClusters get no
 // PodGroup and are not gangs at all, which the suite would report as
-// failures of the scheduler instead of the setup.
+// failures of the scheduler instead of the setup. It reads only the
+// Deployments named rbac.KubeRayDeployment (KubeRay's own name for it),
+// in any namespace: the role lets the suite read no other.
 func checkKubeRayBatchScheduler(ctx context.Context, c client.Client, metricsURL string) error {
 	var deps appsv1.DeploymentList
-	if err := c.List(ctx, &deps); err != nil {
-		return fmt.Errorf("looking for KubeRay's operator: %w", err)
+	if err := c.List(ctx, &deps, client.MatchingFields{"metadata.name": rbac.KubeRayDeployment}); err != nil {
+		return fmt.Errorf("looking for KubeRay's operator (Deployment %s): %w", rbac.KubeRayDeployment, err)
 	}
 	found := false
 	for _, d := range deps.Items {
@@ -93,12 +98,22 @@ func checkKubeRayBatchScheduler(ctx context.Context, c client.Client, metricsURL
 	}
 	switch {
 	case !found && metricsURL != "":
-		// Given where it runs (a process, not a pod): trust its flags.
+		// Given where it runs (a process, or a Deployment of another
+		// name): trust its flags.
 		return nil
 	case !found:
-		return fmt.Errorf("no KubeRay operator Deployment found (an image or name with kuberay): --workload=raycluster needs KubeRay with --batch-scheduler=volcano (one outside a Deployment: give --operator-metrics-url)")
+		return fmt.Errorf("no KubeRay operator Deployment named %s found: --workload=raycluster needs KubeRay with --batch-scheduler=volcano "+
+			"(one of another name, or outside a Deployment: give --operator-metrics-url)", rbac.KubeRayDeployment)
 	}
 	return fmt.Errorf("KubeRay's operator is not started with --batch-scheduler=volcano (or --enable-batch-scheduler): its RayClusters would not be gang-scheduled")
+}
+
+// checkConfinement is rbac.CheckConfinement: for the in-cluster runner (a
+// ServiceAccount), that the cluster serves ValidatingAdmissionPolicy v1
+// (Kubernetes 1.30) and that the suite's policy confines it. It returns
+// the line the dry run reports.
+func checkConfinement(ctx context.Context, c client.Client, dc discovery.DiscoveryInterface) (string, error) {
+	return rbac.CheckConfinement(ctx, c, dc)
 }
 
 // KubeRayUsesVolcano says whether KubeRay operator arguments turn on

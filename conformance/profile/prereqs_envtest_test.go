@@ -55,21 +55,30 @@ func TestWorkloadPrerequisites(t *testing.T) {
 			t.Errorf("KubeRay check = %v, want %q", err, want)
 		}
 	}
-	wantErr("", "no KubeRay operator Deployment found")
+	wantErr("", "no KubeRay operator Deployment named kuberay-operator found")
 	wantErr("http://127.0.0.1:8080/metrics", "")
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ray-system"}}); err != nil {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app.kubernetes.io/name": "kuberay-operator"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ray-system", Name: "kuberay-operator"},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "kuberay-operator", Image: "quay.io/kuberay/operator:v1.5.0", Command: []string{"/manager"}, Args: []string{"--leader-election-namespace=ray-system"},
-			}}}},
-		},
+	deployment := func(name string) *appsv1.Deployment {
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ray-system", Name: name},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "kuberay-operator", Image: "quay.io/kuberay/operator:v1.5.0", Command: []string{"/manager"}, Args: []string{"--leader-election-namespace=ray-system"},
+				}}}},
+			},
+		}
 	}
+	// The suite may read only the Deployment of KubeRay's own name: one
+	// of another name is not looked at, whatever its image.
+	if err := c.Create(ctx, deployment("ray-operator")); err != nil {
+		t.Fatal(err)
+	}
+	wantErr("", "no KubeRay operator Deployment named kuberay-operator found")
+	dep := deployment("kuberay-operator")
 	if err := c.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}

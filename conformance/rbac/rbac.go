@@ -1,14 +1,20 @@
 // Package rbac is the suite's least privilege on a cluster: the rules of the
 // gpulab-conformance ClusterRole (shipped as conformance/config, generated
-// from Rules) and a preflight that asks the API server, with
-// SelfSubjectAccessReviews, whether the caller holds each of them.
+// from Rules), the ValidatingAdmissionPolicy that confines what RBAC
+// cannot (AdmissionPolicy), and a preflight that asks the API server, with
+// SelfSubjectAccessReviews, whether the caller holds each rule
+// (Check) and whether the policy confines it (CheckConfinement).
 //
 // The suite creates a namespace per scenario, so what it does to pods and
 // its workloads it does in namespaces it cannot name in advance: the rules
-// are cluster-wide, and the run label (not RBAC) keeps it to its own
-// objects. It never updates or patches anything: every object it changes
-// it created, and it only creates and deletes. Checks that only the local
-// testbed runs (XID injection annotates nodes) are not in the rules.
+// are cluster-wide. RBAC cannot select namespaces by label; the policy
+// can: it lets the runner create namespaces only with the run's label and
+// restricted Pod Security, delete only those, and create or delete pods
+// only there (as the default ServiceAccount, nothing privileged, nothing
+// of the node's). The suite never updates or patches anything: every
+// object it changes it created, and it only creates and deletes. Checks
+// that only the local testbed runs (XID injection annotates nodes) are not
+// in the rules.
 package rbac
 
 import (
@@ -24,9 +30,14 @@ import (
 	"github.com/gpulab/gpulab/conformance/schedconf"
 )
 
-// Name names the ClusterRole, its binding, the ServiceAccount and the
-// runner's namespace.
+// Name names the ClusterRole, its binding, the admission policy and its
+// binding, the ServiceAccount and the runner's namespace.
 const Name = "gpulab-conformance"
+
+// KubeRayDeployment is the name KubeRay's operator Deployment has in its
+// Helm chart (release kuberay-operator) and kustomize config: the one
+// Deployment the suite may read, to check its --batch-scheduler flag.
+const KubeRayDeployment = "kuberay-operator"
 
 // Rule is one resource's verbs, and why the suite needs them.
 type Rule struct {
@@ -47,9 +58,8 @@ var (
 // --workload).
 func Rules() []Rule {
 	return []Rule{
-		{"", "namespaces", manage, "a namespace per scenario, deleted after; --namespace is read", nil},
-		{"", "pods", manage, "probe and filler pods; the run's pods counted and waited for; the operator's leader found and, with --disruptive, force-deleted", nil},
-		{"", "pods/log", []string{"get"}, "nvidia-smi output of --real-gpus probes", nil},
+		{"", "namespaces", manage, "a namespace per scenario, deleted after; --namespace is read (the admission policy: only the run's, restricted)", nil},
+		{"", "pods", manage, "probe and filler pods; the run's pods counted and waited for; the operator's leader found and, with --disruptive, force-deleted (the admission policy: only in the run's namespaces, unprivileged)", nil},
 		{"", "nodes", read, "the GPU pool: allocatable, cordons, labels", nil},
 		{"gpulab.io", "gpuclusters", manage, "the gangs of --workload=gpucluster and the invalid ones the API must refuse", nil},
 		{"gpulab.io", "gpujobs", manage, "the job feature", nil},
@@ -64,7 +74,7 @@ func Rules() []Rule {
 		{"resource.k8s.io", "resourceclaims", []string{"get", "list", "watch"}, "which devices claims hold: none may be held twice, watched the whole run", nil},
 		{"resource.k8s.io", "resourceclaimtemplates", manage, "the dra feature's claims, one template per pod", nil},
 		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves", nil},
-		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag", nil},
+		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag (listed by name)", []string{KubeRayDeployment}},
 		{"coordination.k8s.io", "leases", []string{"get"}, "who leads the operator (--operator-namespace)", nil},
 		{"", "configmaps", []string{"get"}, "Volcano's scheduler configuration: with reclaim or preempt on, over-capacity scenarios need --disruptive",
 			[]string{schedconf.ConfigMapName}},

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "rewrite conformance/config/clusterrole.yaml from Rules")
+var update = flag.Bool("update", false, "rewrite conformance/config/clusterrole.yaml and admission-policy.yaml, and the chart's policy, from this package")
 
 const shipped = "../config/clusterrole.yaml"
 
@@ -53,6 +53,23 @@ func TestShippedClusterRoleIsGenerated(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from conformance/rbac's Rules: run go test ./conformance/rbac/ -update", shipped)
+	}
+}
+
+// golden compares path with want, rewriting it first under -update.
+func golden(t *testing.T, path string, want []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from conformance/rbac: run go test ./conformance/rbac/ -update", path)
 	}
 }
 

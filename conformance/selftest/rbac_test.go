@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +45,9 @@ func TestTheShippedRoleIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAllowed(t, cfg, "create", "gpulab.io", "gpuclusters", true)
+	// The preflight asks whether the policy confines this ServiceAccount:
+	// wait until the API server has loaded it.
+	waitConfined(t, cfg)
 
 	r := runSuite(t, kc, "--dry-run")
 	if r.code != results.ExitPassed || !strings.Contains(r.out, "preflight: all") {
@@ -85,25 +90,32 @@ func TestTheShippedRoleIsEnough(t *testing.T) {
 	}
 }
 
+// shippedFiles are conformance/config's manifests, as its kustomization
+// lists them.
+var shippedFiles = []string{"namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "admission-policy.yaml"}
+
 // applyShipped creates conformance/config's objects (its kustomization
-// lists plain files, so they are read as they are).
+// lists plain files, so they are read as they are); objects already
+// there (another test applied them) are left as they are.
 func applyShipped(t *testing.T, c client.Client) {
 	t.Helper()
 	root, err := binaries.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml"} {
+	for _, f := range shippedFiles {
 		data, err := os.ReadFile(filepath.Join(root, "conformance", "config", f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		obj, err := decode(data)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := c.Create(context.Background(), obj); err != nil {
-			t.Fatalf("creating %s: %v", f, err)
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			obj, err := decode([]byte(doc))
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if err := c.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("creating %s: %v", f, err)
+			}
 		}
 	}
 }
@@ -125,6 +137,10 @@ func decode(data []byte) (client.Object, error) {
 		obj = &rbacv1.ClusterRole{}
 	case "ClusterRoleBinding":
 		obj = &rbacv1.ClusterRoleBinding{}
+	case "ValidatingAdmissionPolicy":
+		obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	case "ValidatingAdmissionPolicyBinding":
+		obj = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	default:
 		return nil, fmt.Errorf("unexpected kind %q", meta.Kind)
 	}
