@@ -55,8 +55,8 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 	cluster = env
 	rooms, err := nodeRooms(ctx, env.Client)
 	// Connect checked every permission (it fails naming what is missing).
-	return rooms, fmt.Sprintf("cluster %q (%s); preflight: all %d permissions of the %s ClusterRole granted",
-		env.Name, env.Config.Host, rbac.Verbs(rbac.Rules()), rbac.Name), err
+	return rooms, fmt.Sprintf("cluster %q (%s); preflight: all %d permissions of the %s ClusterRole granted; %s",
+		env.Name, env.Config.Host, rbac.Verbs(rbac.Rules()), rbac.Name, env.Confinement), err
 }
 
 func printPlan(w io.Writer, where string, nodes []footprint.Node) {

@@ -222,9 +222,27 @@ func label(obj client.Object) {
 	obj.SetLabels(l)
 }
 
+// restrict makes a pod meet restricted Pod Security, which every scenario
+// namespace enforces: non-root, the runtime's seccomp profile, no
+// privilege escalation, no capabilities. Operators copy it from the
+// templates to their pods (KubeRay to its injected init container too).
+func restrict(spec *corev1.PodSpec) {
+	yes, no := true, false
+	uid := int64(65534)
+	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			cs[i].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no,
+				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+		}
+	}
+}
+
 // placePod pins a pod to the pool (under a GPU budget) and --node-selector, tolerates the GPU
 // taint GPU nodes commonly carry, and sets the image when one is given.
 func placePod(spec *corev1.PodSpec, image string) {
+	restrict(spec)
 	if image != "" {
 		for i := range spec.Containers {
 			spec.Containers[i].Image = image

@@ -20,6 +20,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -66,7 +67,11 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 		nsSeq++
 		// The whole run id: runs a-1 and b-1 must not share a namespace.
 		s.ns, s.ownNS = cleanup.ScenarioNamespace(feature, nsSeq, opts.RunID), true
-		if err := s.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: runLabels()}}); err != nil {
+		// Restricted Pod Security: the runner's admission policy admits
+		// no other namespace, and the suite's pods all meet it.
+		labels := runLabels()
+		labels[rbac.EnforceLabel] = "restricted"
+		if err := s.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: labels}}); err != nil {
 			fatalf(t, "creating namespace: %v", err)
 		}
 	}

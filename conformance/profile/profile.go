@@ -94,7 +94,10 @@ type Environment struct {
 	Name string
 	// HasGPULab says gpulab's CRDs are served (the operator and agent
 	// features need them; the raycluster and vcjob workloads do not).
-	HasGPULab         bool
+	HasGPULab bool
+	// Confinement is what the preflight found of the runner's admission
+	// policy (cluster profile only).
+	Confinement       string
 	operatorBinary    string
 	operatorNamespace string
 	testbed           *local.Testbed
@@ -298,6 +301,12 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	if err := checkPermissions(ctx, c); err != nil {
 		return nil, err
 	}
+	// The in-cluster runner runs only under its admission policy: RBAC
+	// alone would let it create pods anywhere.
+	confinement, err := checkConfinement(ctx, c, dc)
+	if err != nil {
+		return nil, err
+	}
 	missing, hasGPULab, err := missingCRDs(ctx, c, opts.Workload)
 	if err != nil {
 		return nil, err
@@ -317,7 +326,7 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 			return nil, err
 		}
 	}
-	env := &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, HasGPULab: hasGPULab, operatorNamespace: opts.OperatorNamespace}
+	env := &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, HasGPULab: hasGPULab, Confinement: confinement, operatorNamespace: opts.OperatorNamespace}
 	return env, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/conformance/runlock"
 )
 
 // What the admission policy reads on namespaces and pods.
@@ -30,6 +31,8 @@ const (
 	// EnforceLabel is Pod Security admission's; every namespace the
 	// runner creates must enforce the restricted level.
 	EnforceLabel = "pod-security.kubernetes.io/enforce"
+	// markerPrefix starts every run marker's name (runlock.MarkerName).
+	markerPrefix = runlock.LockName + "-run-"
 	// DefaultOperatorNamespace is where conformance/config expects
 	// gpulab's operator (operator/config/default's namespace).
 	DefaultOperatorNamespace = "gpulab-system"
@@ -50,6 +53,10 @@ type Confinement struct {
 	// delete gpulab operator pods (to kill the leader). Defaults to
 	// DefaultOperatorNamespace.
 	OperatorNamespace string
+	// LockNamespace holds the run lock and the runs' markers (Leases,
+	// --lock-namespace): the only Leases the runner may write. Defaults
+	// to runlock.DefaultNamespace.
+	LockNamespace string
 }
 
 func (c Confinement) withDefaults() Confinement {
@@ -61,6 +68,9 @@ func (c Confinement) withDefaults() Confinement {
 	}
 	if c.OperatorNamespace == "" {
 		c.OperatorNamespace = DefaultOperatorNamespace
+	}
+	if c.LockNamespace == "" {
+		c.LockNamespace = runlock.DefaultNamespace
 	}
 	return c
 }
@@ -112,6 +122,14 @@ func (c Confinement) checks() []check {
 			"the conformance runner's containers may not be privileged"},
 		{podCreate + "(" + everyContainer("size(c.?securityContext.?capabilities.?add.orValue([])) == 0") + ")",
 			"the conformance runner's containers may not add capabilities"},
+		// Its role writes Leases anywhere (RBAC cannot name a marker it has
+		// not made yet): only the run lock and the markers, never another
+		// component's leader election.
+		{"!variables.isLease || request.namespace == " + q(c.LockNamespace) + " && (request.name == " + q(runlock.LockName) +
+			" && variables.labels[?" + q(runlock.LockLabel) + "].orValue('') != '' || request.name.startsWith(" + q(markerPrefix) +
+			") && variables.labels[?" + q(runlock.MarkerLabel) + "].orValue('') != '')",
+			"the conformance runner may only write its run lock (Lease " + runlock.LockName + ", labelled " + runlock.LockLabel +
+				") and its runs' markers (Leases " + markerPrefix + "*, labelled " + runlock.MarkerLabel + ") in namespace " + c.LockNamespace},
 	}
 }
 
@@ -132,11 +150,17 @@ func AdmissionPolicy(c Confinement) *admissionregistrationv1.ValidatingAdmission
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Delete},
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"namespaces", "pods"}},
 				},
+			}, {
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"leases"}},
+				},
 			}}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "is-the-conformance-runner",
 				Expression: "request.userInfo.username == " + q(c.User)}},
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "isPod", Expression: "request.resource.resource == 'pods'"},
+				{Name: "isLease", Expression: "request.resource.resource == 'leases'"},
 				{Name: "podCreate", Expression: "variables.isPod && request.operation == 'CREATE'"},
 				{Name: "namespaceCreate", Expression: "request.resource.resource == 'namespaces' && request.operation == 'CREATE'"},
 				{Name: "namespaceDelete", Expression: "request.resource.resource == 'namespaces' && request.operation == 'DELETE'"},

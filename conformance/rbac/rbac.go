@@ -75,7 +75,8 @@ func Rules() []Rule {
 		{"resource.k8s.io", "resourceclaimtemplates", manage, "the dra feature's claims, one template per pod", nil},
 		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves", nil},
 		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag (listed by name)", []string{KubeRayDeployment}},
-		{"coordination.k8s.io", "leases", []string{"get"}, "who leads the operator (--operator-namespace)", nil},
+		{"coordination.k8s.io", "leases", []string{"get", "create", "update", "delete"},
+			"who leads the operator (--operator-namespace); the cluster's run lock and this run's marker, taken, renewed and released (conformance/runlock; the admission policy keeps writes to those two in --lock-namespace)", nil},
 		{"", "configmaps", []string{"get"}, "Volcano's scheduler configuration: with reclaim or preempt on, over-capacity scenarios need --disruptive",
 			[]string{schedconf.ConfigMapName}},
 	}

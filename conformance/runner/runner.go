@@ -169,16 +169,32 @@ func baselineName(runID string) string { return "gpulab-conformance-baseline-" +
 // resultsRoleName names the run's Role and RoleBinding on its ConfigMaps.
 func resultsRoleName(runID string) string { return ConfigMapName(runID) }
 
-// Shared are the objects every run uses: the runner namespace, and the
-// shipped ServiceAccount and ClusterRole bound to it. What a run writes
+// Shared are the objects every run uses: the runner namespace, the
+// admission policy confining its ServiceAccount, and the shipped
+// ServiceAccount and ClusterRole bound to it. What a run writes
 // its results into is its own (RunObjects).
 func Shared(ns string) []client.Object {
 	nsObj := &corev1.Namespace{ObjectMeta: managed(ns, "")}
 	nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
 	role := rbac.ClusterRole()
 	role.Labels[ManagedByLabel] = ManagedBy
+	// The admission policy comes before the role: the runner is confined
+	// before it may do anything, and (Cleanup deletes in reverse) loses
+	// its rights before it loses its confinement.
+	confinement := rbac.Confinement{User: rbac.ServiceAccountUser(ns, rbac.Name)}
+	policy, binding := rbac.AdmissionPolicy(confinement), rbac.AdmissionPolicyBinding(confinement)
+	for _, o := range []client.Object{policy, binding} {
+		labels := o.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[ManagedByLabel] = ManagedBy
+		o.SetLabels(labels)
+	}
 	return []client.Object{
 		nsObj,
+		policy,
+		binding,
 		&corev1.ServiceAccount{ObjectMeta: managed(rbac.Name, ns)},
 		role,
 		&rbacv1.ClusterRoleBinding{ObjectMeta: managed(rbac.Name, ""), Subjects: []rbacv1.Subject{runnerSubject(ns)},

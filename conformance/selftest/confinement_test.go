@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulab/gpulab/conformance/runlock"
+	coordinationv1 "k8s.io/api/coordination/v1"
+
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -191,6 +194,22 @@ func TestTheRunnerIsConfined(t *testing.T) {
 		}
 		refused("deleting a pod in the operator's namespace that is not the operator's", where, c.Delete(ctx, other))
 
+		// Leases: the role writes them anywhere, the policy only the run
+		// lock and the markers in the lock namespace.
+		lease := func(ns, name string, labels map[string]string) *coordinationv1.Lease {
+			return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+		}
+		const leaseRefusal = "may only write its run lock"
+		refused("a leader-election Lease in kube-system", leaseRefusal, c.Create(ctx, lease("kube-system", "kube-scheduler", nil)))
+		refused("the run lock's name in kube-system", leaseRefusal, c.Create(ctx, lease("kube-system", runlock.LockName, map[string]string{runlock.LockLabel: "true"})))
+		refused("an unlabelled Lease named like the lock", leaseRefusal, c.Create(ctx, lease(runlock.DefaultNamespace, runlock.LockName, nil)))
+		refused("another Lease in the lock namespace", leaseRefusal, c.Create(ctx, lease(runlock.DefaultNamespace, "gpulab-operator-leader", map[string]string{runlock.LockLabel: "true"})))
+		foreign := lease(runlock.DefaultNamespace, "confined-foreign", nil)
+		if err := admin.Create(ctx, foreign); err != nil {
+			t.Fatal(err)
+		}
+		refused("deleting another component's Lease", leaseRefusal, c.Delete(ctx, foreign))
+
 		// RBAC's refusals: what the role does not grant.
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "confined-secretish"}, &corev1.ConfigMap{}); !apierrors.IsForbidden(err) {
 			t.Errorf("reading a ConfigMap in kube-system: %s, want Forbidden", errString(err))
@@ -236,6 +255,23 @@ func TestTheRunnerIsConfined(t *testing.T) {
 			t.Errorf("creating its own pod in a lent namespace: %v", err)
 		} else if err := c.Delete(ctx, own); err != nil {
 			t.Errorf("deleting its own pod in a lent namespace: %v", err)
+		}
+		// The run lock and a marker, taken, renewed and released.
+		for _, l := range []*coordinationv1.Lease{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: runlock.DefaultNamespace, Name: runlock.LockName, Labels: map[string]string{runlock.LockLabel: "true"}}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: runlock.DefaultNamespace, Name: runlock.MarkerName("confined"), Labels: map[string]string{runlock.MarkerLabel: "confined"}}},
+		} {
+			if err := c.Create(ctx, l); err != nil {
+				t.Errorf("taking Lease %s: %v", l.Name, err)
+				continue
+			}
+			l.Spec.HolderIdentity = new("confined")
+			if err := c.Update(ctx, l); err != nil {
+				t.Errorf("renewing Lease %s: %v", l.Name, err)
+			}
+			if err := c.Delete(ctx, l); err != nil {
+				t.Errorf("releasing Lease %s: %v", l.Name, err)
+			}
 		}
 		// --disruptive: the operator's leader, force-deleted.
 		leader := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "confined-operator",
