@@ -45,7 +45,12 @@ func fakeAPIServer(t *testing.T, crdStatus int) string {
 	mux.HandleFunc("/api", reply(`{"kind":"APIVersions","versions":["v1"]}`))
 	mux.HandleFunc("/apis", reply(`{"kind":"APIGroupList","apiVersion":"v1","groups":[{"name":"apiextensions.k8s.io",
 		"versions":[{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"apiextensions.k8s.io/v1","version":"v1"}},
-		{"name":"authorization.k8s.io","versions":[{"groupVersion":"authorization.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"authorization.k8s.io/v1","version":"v1"}}]}`))
+		{"name":"authorization.k8s.io","versions":[{"groupVersion":"authorization.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"authorization.k8s.io/v1","version":"v1"}},
+		{"name":"authentication.k8s.io","versions":[{"groupVersion":"authentication.k8s.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"authentication.k8s.io/v1","version":"v1"}}]}`))
+	// The confinement check asks who this is: a person, not the runner.
+	mux.HandleFunc("/apis/authentication.k8s.io/v1", reply(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"authentication.k8s.io/v1",
+		"resources":[{"name":"selfsubjectreviews","singularName":"selfsubjectreview","namespaced":false,"kind":"SelfSubjectReview","verbs":["create"]}]}`))
+	mux.HandleFunc("/apis/authentication.k8s.io/v1/selfsubjectreviews", reply(`{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1","status":{"userInfo":{"username":"admin"}}}`))
 	// The preflight's SelfSubjectAccessReviews: this user may do anything.
 	mux.HandleFunc("/apis/authorization.k8s.io/v1", reply(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"authorization.k8s.io/v1",
 		"resources":[{"name":"selfsubjectaccessreviews","singularName":"selfsubjectaccessreview","namespaced":false,"kind":"SelfSubjectAccessReview","verbs":["create"]}]}`))

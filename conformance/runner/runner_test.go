@@ -69,8 +69,8 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 3 {
-		t.Errorf("Submit created %v: want the namespace, ServiceAccount and binding, not the existing ClusterRole", created)
+	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 5 {
+		t.Errorf("Submit created %v: want the namespace, admission policy and its binding, ServiceAccount and role binding, not the existing ClusterRole", created)
 	}
 	if _, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("submitting run r1 twice: %v, want AlreadyExists", err)

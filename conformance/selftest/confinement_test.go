@@ -104,9 +104,13 @@ func TestTheRunnerIsConfined(t *testing.T) {
 		"confined-guest": {rbac.GuestLabel: "true"},
 		"confined-other": nil,
 	} {
-		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		if err := admin.Create(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
+		// The API server is shared with the package's other tests, which
+		// check that a run leaves nothing with a run label behind.
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), ns) })
 	}
 	// The kubelets' leases' namespace, as every cluster has it.
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-node-lease"}}); err != nil && !apierrors.IsAlreadyExists(err) {
