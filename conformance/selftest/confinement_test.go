@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulab/gpulab/conformance/runlock"
-	coordinationv1 "k8s.io/api/coordination/v1"
-
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/probe"
 	"github.com/gpulab/gpulab/conformance/rbac"
+	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
