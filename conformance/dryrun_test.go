@@ -48,7 +48,8 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 	if opts.Profile == "kind" {
 		return nil, "", fmt.Errorf("--profile=kind creates its cluster first; dry-run an existing one with --profile=cluster")
 	}
-	env, err := profile.Connect(ctx, profile.Options{Kubeconfig: opts.Kubeconfig, Context: opts.Context, OperatorNamespace: opts.OperatorNamespace, Workload: opts.Workload})
+	env, err := profile.Connect(ctx, profile.Options{Kubeconfig: opts.Kubeconfig, Context: opts.Context, OperatorNamespace: opts.OperatorNamespace, Workload: opts.Workload,
+		NativeGangs: nativeGangs()})
 	if err != nil {
 		return nil, "", err
 	}

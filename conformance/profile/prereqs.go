@@ -12,10 +12,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/rbac"
+	"github.com/gpulab/gpulab/internal/version"
+	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // The CRDs each workload needs on an existing cluster, beyond Volcano's
-// PodGroups and Queues, which every gang needs.
+// PodGroups and Queues, which every gang Volcano schedules needs.
 var (
 	volcanoCRDs  = []string{"podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh"}
 	gpulabCRDs   = []string{"gpuclusters.gpulab.io", "gpuinventories.gpulab.io"}
@@ -35,8 +37,15 @@ func workloadOrDefault(w string) string {
 
 // missingCRDs lists the CRDs the workload needs that the cluster does not
 // serve, and says whether gpulab's are there (its own features need them).
-func missingCRDs(ctx context.Context, c client.Client, workload string) (missing []string, hasGPULab bool, err error) {
-	needed := append(append([]string(nil), workloadCRDs[workloadOrDefault(workload)]...), volcanoCRDs...)
+// With nativeGangs (--scheduler=kubernetes) a GPUCluster's gang is
+// kube-scheduler's, so Volcano's CRDs are not asked for; KubeRay's and
+// Volcano's own Jobs, and the suite's bare gangs, are Volcano's whatever
+// the flag says.
+func missingCRDs(ctx context.Context, c client.Client, workload string, nativeGangs bool) (missing []string, hasGPULab bool, err error) {
+	needed := append([]string(nil), workloadCRDs[workloadOrDefault(workload)]...)
+	if !nativeGangs || workloadOrDefault(workload) != "gpucluster" {
+		needed = append(needed, volcanoCRDs...)
+	}
 	present := map[string]bool{}
 	for _, crd := range append(append([]string(nil), needed...), gpulabCRDs...) {
 		if _, seen := present[crd]; seen {
@@ -62,15 +71,23 @@ func missingCRDs(ctx context.Context, c client.Client, workload string) (missing
 	return missing, hasGPULab, nil
 }
 
-func installHint(workload string) string {
+// installHint names releases that are published and that the suite is
+// tested with, never a floating tag.
+func installHint(workload string, nativeGangs bool) string {
+	volcano := "Volcano " + binaries.DefaultVolcanoVersion + " (its release manifests)"
 	switch workloadOrDefault(workload) {
 	case "raycluster":
-		return "install Volcano and KubeRay (its operator with --batch-scheduler=volcano)"
+		return "install " + volcano + " and KubeRay " + binaries.DefaultKubeRayVersion + " (its operator with --batch-scheduler=volcano)"
 	case "vcjob":
-		return "install Volcano (its controllers serve batch.volcano.sh Jobs)"
-	default:
-		return "install Volcano and gpulab (kubectl apply --server-side -k operator/config/default)"
+		return "install " + volcano + ", whose controllers serve batch.volcano.sh Jobs"
+	case "bare":
+		return "install " + volcano
 	}
+	gpulab := "gpulab " + version.Get().Version + " (its Helm chart, charts/gpulab at that tag: docs/install.md)"
+	if nativeGangs {
+		return "install " + gpulab
+	}
+	return "install " + volcano + " and " + gpulab + ", or run with --scheduler=kubernetes on a cluster with native gangs"
 }
 
 // checkKubeRayBatchScheduler finds KubeRay's operator and checks it was

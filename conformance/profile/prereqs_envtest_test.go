@@ -41,7 +41,7 @@ func TestWorkloadPrerequisites(t *testing.T) {
 		{"raycluster", nil, false},
 		{"vcjob", nil, false},
 	} {
-		missing, hasGPULab, err := missingCRDs(ctx, c, tc.workload)
+		missing, hasGPULab, err := missingCRDs(ctx, c, tc.workload, false)
 		if err != nil || !reflect.DeepEqual(missing, tc.missing) || hasGPULab != tc.hasGPULab {
 			t.Errorf("%s: missing %v, gpulab %v, %v; want %v, %v", tc.workload, missing, hasGPULab, err, tc.missing, tc.hasGPULab)
 		}

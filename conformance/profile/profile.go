@@ -307,12 +307,12 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	missing, hasGPULab, err := missingCRDs(ctx, c, opts.Workload)
+	missing, hasGPULab, err := missingCRDs(ctx, c, opts.Workload, opts.NativeGangs)
 	if err != nil {
 		return nil, err
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("the cluster lacks %v, which --workload=%s needs: %s", missing, workloadOrDefault(opts.Workload), installHint(opts.Workload))
+		return nil, fmt.Errorf("the cluster lacks %v, which --workload=%s needs: %s", missing, workloadOrDefault(opts.Workload), installHint(opts.Workload, opts.NativeGangs))
 	}
 	if opts.NativeGangs {
 		if _, err := c.RESTMapper().RESTMapping(schema.GroupKind{Group: "scheduling.k8s.io", Kind: "PodGroup"}, "v1beta1"); err != nil {
