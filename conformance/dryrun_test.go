@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"strings"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/rbac"
@@ -23,6 +26,7 @@ func dryRun(ctx context.Context) int {
 		return results.ExitFailed
 	}
 	printPlan(os.Stdout, where, rooms)
+	printRequirements(ctx, os.Stdout, rooms)
 	if cluster != nil {
 		printMIG(ctx)
 	}
@@ -105,6 +109,30 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 		if featureSelected(l.feature) {
 			fmt.Fprintf(w, "  %-12s %s\n", l.feature, l.what)
 		}
+	}
+}
+
+// printRequirements is the "What PASSED needs" table for this run: which
+// requirements it asks for, and what it lacks to evidence each.
+func printRequirements(ctx context.Context, w io.Writer, nodes []footprint.Node) {
+	in := results.PlanInput{
+		Ask: results.Ask{Filtered: opts.Features != "" || opts.SkipFeatures != "" || opts.Assess != "" || opts.SkipAssess != "",
+			MockGPUs: opts.Profile != "cluster", RealGPUs: opts.RealGPUs, NoDRA: opts.Profile == "kind", Requirements: opts.Requirements},
+		Profile: opts.Profile, Disruptive: opts.Disruptive, Prometheus: opts.PrometheusURL != "",
+		WholeFreeNodes: footprint.RoomOf(footprint.Pool(nodes, opts.MaxGPUs)).Whole,
+		GPULab:         true, DeviceClass: opts.DeviceClass,
+	}
+	if cluster != nil {
+		in.GPULab = cluster.HasGPULab
+		// Any answer but the class itself (absent, DRA not served, not
+		// allowed to look) means the dra feature would skip.
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: opts.DeviceClass}, &resourceapi.DeviceClass{}); err != nil {
+			in.DeviceClass = ""
+		}
+	}
+	fmt.Fprintln(w, "\nrequirements (asked ones this run cannot evidence make it PARTIAL; --requirements narrows what is asked):")
+	for _, p := range results.PlanRequirements(in) {
+		fmt.Fprintf(w, "  %s\n", p)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -50,7 +51,10 @@ func TestTheShippedRoleIsEnough(t *testing.T) {
 	waitConfined(t, cfg)
 
 	r := runSuite(t, kc, "--dry-run")
-	if r.code != results.ExitPassed || !strings.Contains(r.out, "preflight: all") {
+	// The dry run also says what this run could not evidence: without
+	// --disruptive, the operator's leader kill.
+	if r.code != results.ExitPassed || !strings.Contains(r.out, "preflight: all") ||
+		!regexp.MustCompile(`robust_controller +(not )?asked +(CANNOT, the run would be PARTIAL|cannot): the leader kill needs --disruptive`).MatchString(r.out) {
 		t.Fatalf("--dry-run under the shipped role: exit %d, want 0 and the preflight's all-granted line:\n%s", r.code, r.out)
 	}
 	r = runSuite(t, kc, "--assess=^invalid GPUClusters")
