@@ -10,20 +10,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/poll/polltest"
 	"github.com/gpulab/gpulab/node-agent/simulator"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
+// eventually waits for cond, failing the test after 30 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	polltest.Eventually(t, 30*time.Second, what, cond)
 }
 
 // TestFleet runs the simulator against the local testbed's own fake nodes:

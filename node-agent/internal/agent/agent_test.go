@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/poll/polltest"
 	"github.com/gpulab/gpulab/node-agent/internal/metrics"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml"
 	"github.com/gpulab/gpulab/node-agent/internal/nvml/mock"
@@ -91,16 +92,10 @@ func (r *recorder) all() []publisher.State {
 	return append([]publisher.State(nil), r.states...)
 }
 
-// eventually polls cond every 10ms until it holds or 10s pass.
+// eventually waits for cond, failing the test after 10 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Eventually(t, 10*time.Second, what, cond)
 }
 
 func startAgent(t *testing.T, profile string) (*mock.Backend, *Agent, *recorder, *metrics.Metrics) {

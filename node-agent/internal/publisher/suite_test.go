@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/poll/polltest"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -63,16 +64,10 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// eventually polls cond every 50ms until it holds or 30s pass.
+// eventually waits for cond, failing the test after 30 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	polltest.Eventually(t, 30*time.Second, what, cond)
 }
 
 func createNode(t *testing.T, c client.Client, name string, labels map[string]string) *corev1.Node {
