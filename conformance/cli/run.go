@@ -21,6 +21,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -156,7 +157,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"footprint", "dry-run", "print the plan (features, gangs, GPUs, nodes, disruptive actions) and create nothing", boolean(&o.DryRun)},
 		{"footprint", "disruptive", "allow actions beyond the run's own objects: force-deleting the operator's leader pod (default on for local and kind, off for cluster)", boolean(&o.Disruptive)},
 		{"what to test", "scheduler", "who gang-schedules the gpucluster workload: volcano (Volcano PodGroups) or kubernetes (kube-scheduler's own gang scheduling, scheduling.k8s.io PodGroups; the local testbed then turns the GenericWorkload gate on)", str(&o.Scheduler, "volcano")},
-		{"what to test", "device-class", "DeviceClass of GPUs the dra feature claims (Dynamic Resource Allocation): gpu.gpulab.io (gpulab's agent) or gpu.nvidia.com (NVIDIA's DRA driver)", str(&o.DeviceClass, "gpu.gpulab.io")},
+		{"what to test", "device-class", "DeviceClass of GPUs the dra feature claims (Dynamic Resource Allocation): gpu.gpulab.io (gpulab's agent) or gpu.nvidia.com (NVIDIA's DRA driver)", str(&o.DeviceClass, draclass.DriverName)},
 		{"what to test", "gpu-allocation", "how the gangs ask for their GPUs: extended-resource (nvidia.com/gpu) or dra (each pod claims its GPUs from --device-class through Dynamic Resource Allocation; --workload=gpucluster)", str(&o.GPUAllocation, "extended-resource")},
 		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay), vcjob (Volcano Job) or bare (the suite creates what gpulab's operator would, with no operator: the floor)", str(&o.Workload, "gpucluster")},
 		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},

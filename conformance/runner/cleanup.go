@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,6 +205,8 @@ func finished(j *batchv1.Job) bool {
 func cleanupShared(ctx context.Context, c client.Client, namespace string, users []string, dryRun bool, rep *CleanupReport) error {
 	var errs []error
 	shared := Shared(namespace)
+	// Deleted after everything but the namespace (the loop runs backwards).
+	shared = append(append(shared[:1:1], legacyShared(namespace)...), shared[1:]...)
 	for i := len(shared) - 1; i >= 0; i-- {
 		obj := shared[i]
 		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
@@ -234,6 +237,15 @@ func cleanupShared(ctx context.Context, c client.Client, namespace string, users
 		errs = append(errs, deleteIfThere(ctx, c, obj, dryRun, rep))
 	}
 	return errors.Join(errs...)
+}
+
+// legacyShared are shared objects older submits made and Shared no longer
+// has: the namespace-wide results Role and its binding (results Roles are
+// per run now, with resourceNames). Cleanup removes them like the rest:
+// only when Submit made them and nothing uses them.
+func legacyShared(namespace string) []client.Object {
+	meta := managed(rbac.Name+"-results", namespace)
+	return []client.Object{&rbacv1.Role{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: *meta.DeepCopy()}}
 }
 
 // namespacedKinds are what Foreign looks for in the runner namespace:

@@ -152,11 +152,21 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if slices.ContainsFunc(deleted, func(s string) bool { return !strings.Contains(s, "-r1") }) {
 		t.Errorf("Cleanup r1 deleted %v: only run r1's objects, r2 still uses the rest", deleted)
 	}
+	// An older submit's namespace-wide results Role goes with the rest.
+	legacy := metav1.ObjectMeta{Namespace: ns, Name: rbac.Name + "-results", Labels: map[string]string{runner.ManagedByLabel: runner.ManagedBy}}
+	if err := c.Create(ctx, &rbacv1.Role{ObjectMeta: legacy}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: *legacy.DeepCopy(), Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: rbac.Name, Namespace: ns}},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: legacy.Name}}); err != nil {
+		t.Fatal(err)
+	}
 	deleted, err = runner.Cleanup(ctx, c, ns, "r2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Job " + ns + "/" + runner.JobName("r2"), "ClusterRoleBinding " + rbac.Name, "Namespace " + ns} {
+	for _, want := range []string{"Job " + ns + "/" + runner.JobName("r2"), "ClusterRoleBinding " + rbac.Name, "Namespace " + ns,
+		"Role " + ns + "/" + legacy.Name, "RoleBinding " + ns + "/" + legacy.Name} {
 		if !slices.Contains(deleted, want) {
 			t.Errorf("Cleanup r2 deleted %v, want %s among them", deleted, want)
 		}
