@@ -116,9 +116,7 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 // requirements it asks for, and what it lacks to evidence each.
 func printRequirements(ctx context.Context, w io.Writer, nodes []footprint.Node) {
 	in := results.PlanInput{
-		Ask: results.Ask{Filtered: opts.Features != "" || opts.SkipFeatures != "" || opts.Assess != "" || opts.SkipAssess != "",
-			MockGPUs: opts.Profile != "cluster", RealGPUs: opts.RealGPUs, NoDRA: opts.Profile == "kind", Requirements: opts.Requirements},
-		Profile: opts.Profile, Disruptive: opts.Disruptive, Prometheus: opts.PrometheusURL != "",
+		Ask: opts.Ask(), Profile: opts.Profile, Disruptive: opts.Disruptive, Prometheus: opts.PrometheusURL != "",
 		WholeFreeNodes: footprint.RoomOf(footprint.Pool(nodes, opts.MaxGPUs)).Whole,
 		GPULab:         true, DeviceClass: opts.DeviceClass,
 	}

@@ -85,10 +85,7 @@ func TestMain(m *testing.M) {
 	// which would panic instead, is only a backstop (cli.BackstopGrace).
 	ctx, stopDeadline := o.Deadline(ctx)
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
-	run.Requested = results.Requested(results.Ask{
-		Filtered: o.Features != "" || o.SkipFeatures != "" || o.Assess != "" || o.SkipAssess != "",
-		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs, NoDRA: o.Profile == "kind", Requirements: o.Requirements,
-	})
+	run.Requested = results.Requested(o.Ask())
 	run.RequirementsSelected = o.Requirements != nil
 	cfg := envconf.New()
 	// An empty regexp would match every name: set only the filters given.

@@ -87,11 +87,8 @@ func parseNightly(args []string) (*nightlyOptions, error) {
 	fs := flag.NewFlagSet("nightly", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	minEffect, confidence, gate, minEffectFor := defineNightlyFlags(fs, o)
-	if err := fs.Parse(own); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
-		return nil, errors.New(strings.Replace(err.Error(), " flag -", " --", 1))
+	if err := parseFlags(fs, own); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q (run flags go after --)", fs.Args())

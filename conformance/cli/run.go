@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
+	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/internal/draclass"
@@ -206,12 +207,8 @@ func ParseRun(args []string, stderr io.Writer) (*RunOptions, error) {
 		fs.Var(f.value, f.name, f.usage)
 	}
 	own, testArgs := splitTestArgs(args)
-	if err := fs.Parse(own); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
-		// The flag package says "flag -x"; the help spells them --x.
-		return nil, errors.New(strings.Replace(err.Error(), " flag -", " --", 1))
+	if err := parseFlags(fs, own); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -540,4 +537,27 @@ func (v *selectorValue) Set(s string) error {
 	}
 	*v = m
 	return nil
+}
+
+// parseFlags parses args into fs: errHelp for -h, else the flag
+// package's error in the help's spelling (it says "flag -x"; the help
+// spells them --x).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return errHelp
+	}
+	return errors.New(strings.Replace(err.Error(), " flag -", " --", 1))
+}
+
+// Ask is what the run asks to evidence, from its options: the run's
+// verdict and --dry-run's requirements table read the same.
+func (o *RunOptions) Ask() results.Ask {
+	return results.Ask{
+		Filtered: o.Features != "" || o.SkipFeatures != "" || o.Assess != "" || o.SkipAssess != "",
+		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs, NoDRA: o.Profile == "kind", Requirements: o.Requirements,
+	}
 }

@@ -1,9 +1,6 @@
 package runner_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"os"
@@ -130,7 +127,7 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 
 	// A stored name that would leave the folder is refused.
 	evil := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: runner.ConfigMapName("evil")},
-		BinaryData: map[string][]byte{runner.ResultsKey: tarGz(t, "../escape", "x")}}
+		BinaryData: map[string][]byte{runner.ResultsKey: craft(t, entry{name: "../escape", body: "x"})}}
 	if err := c.Create(ctx, evil); err != nil {
 		t.Fatal(err)
 	}
@@ -197,24 +194,4 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 			t.Errorf("Job %s left", j.Name)
 		}
 	}
-}
-
-func tarGz(t *testing.T, name, content string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write([]byte(content)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
