@@ -80,6 +80,7 @@ operator:
   leaderElection: {enabled: false}
   watchNamespaces: [team-a]
   reconcileConcurrency: 8
+  apiPriority: {enabled: true, concurrencyShares: 30}
 monitoring:
   labels: {release: kube-prometheus-stack}
   serviceMonitor: {enabled: true}
@@ -217,7 +218,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		!slices.Contains(args, "--watch-namespace=team-a") || !slices.Contains(args, "--reconcile-concurrency=8") {
 		t.Errorf("the upgrade did not reach the Deployment: replicas %d, args %v", *dep.Spec.Replicas, args)
 	}
-	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} {
+	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap", "FlowSchema", "PriorityLevelConfiguration"} {
 		if !slices.ContainsFunc(upgraded, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind }) {
 			t.Errorf("the upgrade installed no %s", kind)
 		}

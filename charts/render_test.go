@@ -2,6 +2,7 @@ package charts
 
 import (
 	"encoding/json"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	"maps"
 	"os"
 	"path/filepath"
@@ -144,7 +145,7 @@ func TestDefaultsMatchKustomize(t *testing.T) {
 		same(t, "livenessProbe", gc.LivenessProbe, wc.LivenessProbe)
 		same(t, "readinessProbe", gc.ReadinessProbe, wc.ReadinessProbe)
 		// The chart passes the operator's own defaults explicitly too.
-		same(t, "args", gc.Args, append(slices.Clone(wc.Args), "--kube-api-qps=50", "--kube-api-burst=100", "--zap-log-level=info"))
+		same(t, "args", gc.Args, append(slices.Clone(wc.Args), "--kube-api-qps=200", "--kube-api-burst=400", "--zap-log-level=info"))
 		anti := gs.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
 		if len(anti) != 1 || anti[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" ||
 			!reflect.DeepEqual(anti[0].PodAffinityTerm.LabelSelector.MatchLabels, got.Spec.Selector.MatchLabels) {
@@ -460,6 +461,32 @@ func TestOperatorPDBOnlyWithAStandby(t *testing.T) {
 	}
 	if r := render(t, ch, nil); !r.has("PodDisruptionBudget", "gpulab-operator") {
 		t.Error("no PodDisruptionBudget for the default two replicas")
+	}
+}
+
+// TestOperatorAPIPriority: the FlowSchema is rendered only when asked for,
+// and gives the operator's own ServiceAccount its own priority level.
+func TestOperatorAPIPriority(t *testing.T) {
+	ch := loadChart(t)
+	if r := render(t, ch, nil); r.has("FlowSchema", "gpulab-operator") || r.has("PriorityLevelConfiguration", "gpulab-operator") {
+		t.Error("API Priority and Fairness objects without operator.apiPriority.enabled")
+	}
+	r := render(t, ch, values(t, "operator: {apiPriority: {enabled: true, concurrencyShares: 40}}"))
+	if !r.has("PriorityLevelConfiguration", "gpulab-operator") {
+		t.Fatal("no PriorityLevelConfiguration with operator.apiPriority.enabled")
+	}
+	var fs flowcontrolv1.FlowSchema
+	into(t, r.find(t, "FlowSchema", "gpulab-operator"), &fs)
+	if fs.Spec.PriorityLevelConfiguration.Name != "gpulab-operator" || len(fs.Spec.Rules) != 1 ||
+		len(fs.Spec.Rules[0].Subjects) != 1 || fs.Spec.Rules[0].Subjects[0].ServiceAccount == nil ||
+		fs.Spec.Rules[0].Subjects[0].ServiceAccount.Name != "gpulab-operator" ||
+		fs.Spec.Rules[0].Subjects[0].ServiceAccount.Namespace != namespace {
+		t.Errorf("FlowSchema %s: want the operator's ServiceAccount in %s to its own level", toYAML(fs.Spec), namespace)
+	}
+	var plc flowcontrolv1.PriorityLevelConfiguration
+	into(t, r.find(t, "PriorityLevelConfiguration", "gpulab-operator"), &plc)
+	if plc.Spec.Limited == nil || plc.Spec.Limited.NominalConcurrencyShares == nil || *plc.Spec.Limited.NominalConcurrencyShares != 40 {
+		t.Errorf("PriorityLevelConfiguration %s: want nominalConcurrencyShares 40", toYAML(plc.Spec))
 	}
 }
 

@@ -25,6 +25,12 @@ const (
 	ReasonInsufficientGPUs = "InsufficientGPUs"
 	// ReasonNoMatchingNodes: no node carries the requested product or memory.
 	ReasonNoMatchingNodes = "NoMatchingNodes"
+	// ReasonWaitingForNodes: the gang is larger than today's nodes, and
+	// the cluster's autoscaler can add what it lacks.
+	ReasonWaitingForNodes = "WaitingForNodes"
+	// ReasonNoNodePoolFits: the gang is larger than today's nodes, and no
+	// autoscaler NodePool can ever add what it lacks (their limits).
+	ReasonNoNodePoolFits = "NoNodePoolFits"
 	// ReasonFits: the gang fits the healthy inventory.
 	ReasonFits = "Fits"
 	// ReasonPodsReady: every desired pod is Ready.

@@ -226,10 +226,33 @@ type SchedulingSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// Capacity says whether the cluster's nodes can grow for this gang,
+	// which decides what happens to a gang larger than today's nodes:
+	// Auto (the default) waits for nodes when an autoscaler the operator
+	// sees (a Karpenter NodePool) declares room for it, and is
+	// Unschedulable otherwise; Autoscaled always creates the gang and
+	// waits for nodes (an autoscaler the operator cannot see, such as
+	// cluster-autoscaler); Fixed never does.
+	// +optional
+	Capacity CapacityMode `json:"capacity,omitempty"`
 }
 
+// CapacityMode is how a gang larger than today's nodes is treated.
+// +kubebuilder:validation:Enum=Auto;Autoscaled;Fixed
+type CapacityMode string
+
+const (
+	// CapacityAuto waits for nodes that a visible autoscaler can add.
+	CapacityAuto CapacityMode = "Auto"
+	// CapacityAutoscaled always waits for nodes.
+	CapacityAutoscaled CapacityMode = "Autoscaled"
+	// CapacityFixed counts today's nodes only.
+	CapacityFixed CapacityMode = "Fixed"
+)
+
 // ClusterPhase is a one-word summary of a GPUCluster's state.
-// +kubebuilder:validation:Enum=Pending;Unschedulable;Scheduling;Provisioning;Ready;Suspended;Failed
+// +kubebuilder:validation:Enum=Pending;Unschedulable;WaitingForNodes;Scheduling;Provisioning;Ready;Suspended;Failed
 type ClusterPhase string
 
 const (
@@ -237,6 +260,9 @@ const (
 	ClusterPending ClusterPhase = "Pending"
 	// ClusterUnschedulable means the gang can never fit the healthy inventory.
 	ClusterUnschedulable ClusterPhase = "Unschedulable"
+	// ClusterWaitingForNodes means the gang is larger than today's nodes,
+	// and its pods exist so that the cluster's autoscaler adds nodes.
+	ClusterWaitingForNodes ClusterPhase = "WaitingForNodes"
 	// ClusterScheduling means pods exist, waiting for the gang to be bound.
 	ClusterScheduling ClusterPhase = "Scheduling"
 	// ClusterProvisioning means the gang is bound, pods are starting.

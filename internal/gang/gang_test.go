@@ -138,10 +138,36 @@ func TestBuildPods(t *testing.T) {
 	}
 }
 
+// withoutHash is p as it was hashed: without the hash, and without the
+// disruption annotations added after it.
 func withoutHash(p *corev1.Pod) *corev1.Pod {
 	p = p.DeepCopy()
 	delete(p.Annotations, gpulabv1alpha1.PodTemplateHashAnnotation)
+	delete(p.Annotations, gang.DoNotDisruptAnnotation)
+	delete(p.Annotations, gang.SafeToEvictAnnotation)
 	return p
+}
+
+// TestPodsAskAutoscalersNotToEvictThem: every member carries Karpenter's
+// and cluster-autoscaler's no-disruption annotations, outside the
+// template hash (so pods made before them are not rolled out again), and
+// a template's own value wins.
+func TestPodsAskAutoscalersNotToEvictThem(t *testing.T) {
+	c, objs := build(t)
+	for _, p := range objs.Pods {
+		if p.Annotations[gang.DoNotDisruptAnnotation] != "true" || p.Annotations[gang.SafeToEvictAnnotation] != "false" {
+			t.Errorf("%s: annotations %v, want %s=true and %s=false", p.Name, p.Annotations, gang.DoNotDisruptAnnotation, gang.SafeToEvictAnnotation)
+		}
+	}
+	before := objs.Pods[0].Annotations[gpulabv1alpha1.PodTemplateHashAnnotation]
+	c.Spec.Head.Template.Annotations[gang.SafeToEvictAnnotation] = "true"
+	head := gang.BuildPod(c, &gang.Groups(c)[0], 0)
+	if head.Annotations[gang.SafeToEvictAnnotation] != "true" {
+		t.Errorf("the template's %s=true was overwritten: %v", gang.SafeToEvictAnnotation, head.Annotations)
+	}
+	if head.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] == before {
+		t.Error("a template annotation the user set did not change the template hash")
+	}
 }
 
 func TestBuildClaimTemplatesAndService(t *testing.T) {

@@ -64,8 +64,34 @@ func BuildPod(cluster *gpulabv1alpha1.GPUCluster, g *Group, index int32) *corev1
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[gpulabv1alpha1.PodTemplateHashAnnotation] = hash
+	// After the hash: pods made before these existed are not outdated.
+	for k, v := range noVoluntaryDisruption {
+		if _, set := pod.Annotations[k]; !set {
+			pod.Annotations[k] = v
+		}
+	}
 	return pod
 }
+
+// noVoluntaryDisruption keeps autoscalers from evicting one member of a
+// gang alone to consolidate its node: the gang would lose a member and
+// its peers would wait, holding their GPUs, for a replacement.
+// Karpenter's and cluster-autoscaler's own annotations, set at creation,
+// cost no write; a template that sets either keeps its value. A drain
+// (the eviction API) is not stopped by them: that is an administrator's
+// decision.
+var noVoluntaryDisruption = map[string]string{
+	DoNotDisruptAnnotation: "true",
+	SafeToEvictAnnotation:  "false",
+}
+
+// DoNotDisruptAnnotation is Karpenter's: a node with such a pod is not
+// consolidated or expired voluntarily.
+const DoNotDisruptAnnotation = "karpenter.sh/do-not-disrupt"
+
+// SafeToEvictAnnotation is cluster-autoscaler's: "false" keeps the node
+// from being scaled down while the pod runs.
+const SafeToEvictAnnotation = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 // gpuContainer is the named container, or the first when none has the
 // name; nil for a pod without containers.

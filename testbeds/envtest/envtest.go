@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -24,6 +25,8 @@ type Options struct {
 	// CRDDirs are installed before Start returns. Defaults to gpulab's CRDs
 	// (operator/config/crd/bases) plus Volcano's scheduling CRDs.
 	CRDDirs []string
+	// ExtraCRDDirs are installed too, after CRDDirs (or their default).
+	ExtraCRDDirs []string
 }
 
 // Environment is a running API server with a client that knows gpulab's,
@@ -68,7 +71,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	}
 	env := &crenvtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     opts.CRDDirs,
+		CRDDirectoryPaths:     append(slices.Clone(opts.CRDDirs), opts.ExtraCRDDirs...),
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme.Scheme,
 		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: scheme.Scheme},

@@ -25,7 +25,7 @@ func main() {
 	var namespaces string
 	var qps float64
 	var burst int
-	flag.IntVar(&opts.ReconcileConcurrency, "reconcile-concurrency", 4, "GPUClusters reconciled in parallel")
+	flag.IntVar(&opts.ReconcileConcurrency, "reconcile-concurrency", manager.DefaultReconcileConcurrency, "GPUClusters reconciled in parallel")
 	flag.DurationVar(&opts.ReconcileTimeout, "reconcile-timeout", 0, "bound on one reconcile (default 1m)")
 	flag.StringVar(&namespaces, "watch-namespace", "", "comma-separated namespaces to watch (empty: all)")
 	flag.BoolVar(&opts.LeaderElect, "leader-elect", inCluster, "elect a leader among replicas (default on in-cluster)")
@@ -36,8 +36,8 @@ func main() {
 	flag.BoolVar(&opts.SecureMetrics, "metrics-secure", inCluster, "serve /metrics over HTTPS behind Kubernetes authn/authz (default on in-cluster)")
 	flag.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "", "address of /debug/pprof/ (CPU, heap, block, mutex); empty disables")
-	flag.Float64Var(&qps, "kube-api-qps", 50, "client QPS to the API server")
-	flag.IntVar(&burst, "kube-api-burst", 100, "client burst to the API server")
+	flag.Float64Var(&qps, "kube-api-qps", manager.DefaultKubeAPIQPS, "client QPS to the API server")
+	flag.IntVar(&burst, "kube-api-burst", manager.DefaultKubeAPIBurst, "client burst to the API server")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

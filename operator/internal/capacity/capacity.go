@@ -230,7 +230,11 @@ type Demand struct {
 
 // Verdict says whether a gang can ever fit the healthy capacity.
 type Verdict struct {
-	Fits    bool
+	Fits bool
+	// Grows says the gang does not fit today's nodes, but the cluster's
+	// autoscaler can add what it lacks (Grow): its pods are created so
+	// that the autoscaler sees them.
+	Grows   bool
 	Reason  string
 	Message string
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -33,6 +34,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/version"
+	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpujob"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
@@ -54,7 +56,8 @@ const LeaderElectionID = "gpulab-operator.gpulab.io"
 // Options configures the operator. Field comments give the defaults that
 // Validate fills in.
 type Options struct {
-	// ReconcileConcurrency is the number of parallel reconciles. Default 4.
+	// ReconcileConcurrency is the number of parallel reconciles. Default
+	// DefaultReconcileConcurrency.
 	ReconcileConcurrency int
 	// ReconcileTimeout bounds one reconcile. Default 1m.
 	ReconcileTimeout time.Duration
@@ -90,15 +93,31 @@ type Options struct {
 	// StatusCoalesce is how long a GPUCluster's progress-only status
 	// change waits after its previous write (gpucluster.Options).
 	StatusCoalesce time.Duration
+	// FirstStatusDelay is how long a new GPUCluster's first status waits
+	// while it only says the gang is on its way (gpucluster.Options).
+	FirstStatusDelay time.Duration
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 }
+
+// The operator's defaults are the configuration its benchmarks measure
+// (docs/benchmarks/operator-changes.md): a reconcile mostly waits on the
+// API server, not the CPU, so 16 workers keep a burst of gangs from
+// queueing in the operator, and a client limit of 200 QPS (burst 400)
+// keeps the client's own rate limiter from being what a burst waits on;
+// API Priority and Fairness on the server side is what bounds the
+// operator's share (docs/operator/production.md).
+const (
+	DefaultReconcileConcurrency = 16
+	DefaultKubeAPIQPS           = 200
+	DefaultKubeAPIBurst         = 400
+)
 
 // Validate checks the options and fills in defaults.
 func (o *Options) Validate() error {
 	var errs []error
 	if o.ReconcileConcurrency == 0 {
-		o.ReconcileConcurrency = 4
+		o.ReconcileConcurrency = DefaultReconcileConcurrency
 	}
 	if o.ReconcileConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--reconcile-concurrency must be at least 1, got %d", o.ReconcileConcurrency))
@@ -213,14 +232,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if m == nil {
 		m = metrics.NewClusters(nil)
 	}
-	volcano, err := volcanoServed(mgr)
+	volcano, err := served(mgr, schedulingv1beta1.SchemeGroupVersion.WithKind("PodGroup"), "Volcano's API")
 	if err != nil {
 		return nil, err
 	}
 	if !volcano {
 		ctrl.Log.WithName("setup").Info("Volcano's PodGroup API is not served: GPUClusters with scheduler volcano will report VolcanoNotInstalled until it is installed and the operator restarted")
 	}
-	native, err := nativeGangsServed(mgr)
+	// The scheduling.k8s.io version the operator writes: the
+	// GenericWorkload gate and that version's runtime-config.
+	native, err := served(mgr, scheduler.NativePodGroupVersion.WithKind("PodGroup"), "the scheduling.k8s.io PodGroup API")
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +249,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		ctrl.Log.WithName("setup").Info("scheduling.k8s.io PodGroups are not served (GenericWorkload gate off): GPUClusters with scheduler kubernetes will report WorkloadAPINotServed until the API is served and the operator restarted",
 			"version", scheduler.NativePodGroupVersion.String())
 	}
-	dra, err := draServed(mgr)
+	// Kubernetes 1.34+: capacity counts DRA devices too.
+	dra, err := served(mgr, resourceapi.SchemeGroupVersion.WithKind("ResourceSlice"), "the resource.k8s.io/v1 API")
+	if err != nil {
+		return nil, err
+	}
+	nodePools, err := served(mgr, capacity.NodePoolKind, "Karpenter's NodePool API")
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +264,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		VolcanoInstalled:        volcano,
 		NativeGangsServed:       native,
 		DRAServed:               dra,
+		NodePoolsServed:         nodePools,
 		StatusCoalesce:          opts.StatusCoalesce,
+		FirstStatusDelay:        opts.FirstStatusDelay,
 		AgentLeaseNamespace:     opts.AgentLeaseNamespace,
 		SkipNameValidation:      opts.SkipNameValidation,
 	})
@@ -256,46 +284,17 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	return mgr, nil
 }
 
-// nativeGangsServed says whether the API server serves scheduling.k8s.io
-// PodGroups in the version the operator writes (the GenericWorkload gate
-// and that version's runtime-config); the controller only watches them
-// when it does, so a cluster without the gate still runs every other
-// GPUCluster.
-func nativeGangsServed(mgr ctrl.Manager) (bool, error) {
-	gv := scheduler.NativePodGroupVersion
-	_, err := mgr.GetRESTMapper().RESTMapping(gv.WithKind("PodGroup").GroupKind(), gv.Version)
+// served says whether the API server serves kind in its version (what,
+// for the error). The controllers only watch an optional API (Volcano's
+// PodGroups, native gangs, DRA, Karpenter's NodePools) where it is
+// served, so a cluster without it still runs everything else.
+func served(mgr ctrl.Manager, gvk schema.GroupVersionKind, what string) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err == nil {
 		return true, nil
 	}
 	if meta.IsNoMatchError(err) {
 		return false, nil
 	}
-	return false, fmt.Errorf("discovering the scheduling.k8s.io PodGroup API: %w", err)
-}
-
-// draServed says whether resource.k8s.io/v1 ResourceSlices are served
-// (Kubernetes 1.34+): then capacity counts DRA devices too.
-func draServed(mgr ctrl.Manager) (bool, error) {
-	_, err := mgr.GetRESTMapper().RESTMapping(resourceapi.SchemeGroupVersion.WithKind("ResourceSlice").GroupKind(), resourceapi.SchemeGroupVersion.Version)
-	if err == nil {
-		return true, nil
-	}
-	if meta.IsNoMatchError(err) {
-		return false, nil
-	}
-	return false, fmt.Errorf("discovering the resource.k8s.io/v1 API: %w", err)
-}
-
-// volcanoServed says whether the API server serves Volcano's PodGroups; the
-// controller only watches them when it does, so a cluster without Volcano
-// still runs scheduler: default clusters.
-func volcanoServed(mgr ctrl.Manager) (bool, error) {
-	_, err := mgr.GetRESTMapper().RESTMapping(schedulingv1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), "v1beta1")
-	if err == nil {
-		return true, nil
-	}
-	if meta.IsNoMatchError(err) {
-		return false, nil
-	}
-	return false, fmt.Errorf("discovering Volcano's API: %w", err)
+	return false, fmt.Errorf("discovering %s: %w", what, err)
 }

@@ -61,6 +61,8 @@ type ManagerOptions struct {
 	Traffic *Traffic
 	// StatusCoalesce is the operator's (its default when zero).
 	StatusCoalesce time.Duration
+	// FirstStatusDelay is the operator's (its default when zero).
+	FirstStatusDelay time.Duration
 }
 
 // Manager is an operator started by a test.
@@ -87,6 +89,7 @@ func StartManager(t *testing.T, base *rest.Config, o ManagerOptions) *Manager {
 		JobMetrics:              metrics.NewJobs(prometheus.NewRegistry()),
 		SkipNameValidation:      true,
 		StatusCoalesce:          o.StatusCoalesce,
+		FirstStatusDelay:        o.FirstStatusDelay,
 		LeaderElect:             o.LeaderElect,
 		LeaderElectionNamespace: "default",
 		LeaseDuration:           3 * time.Second,

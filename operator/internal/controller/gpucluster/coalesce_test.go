@@ -74,7 +74,7 @@ func TestProgressWritesAreCoalesced(t *testing.T) {
 func TestFastGangCostsOneStatusWrite(t *testing.T) {
 	c := needEnv(t)
 	ctx := t.Context()
-	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{StatusCoalesce: time.Minute})
+	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{StatusCoalesce: time.Minute, FirstStatusDelay: time.Minute})
 	ns := testutil.NewNamespace(t, c)
 	pods := createWithPods(t, c, ns, "fast", 2)
 	if n := m.Traffic.Count("PUT gpuclusters/status"); n != 0 {
@@ -146,5 +146,49 @@ func markReady(t *testing.T, c client.Client, pod *corev1.Pod) {
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
 	if err := c.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAGangCostsItsChildrenAndOneStatusWrite: a Volcano gang of a head and
+// two workers, Ready inside the first-status delay, costs its five
+// creates (Service, PodGroup, three pods) and the one status write that
+// says Ready: no progress write and no event for its first pods, which
+// were one write each in a burst of hundreds.
+func TestAGangCostsItsChildrenAndOneStatusWrite(t *testing.T) {
+	c := needEnv(t)
+	m := testutil.StartManager(t, env.Config, testutil.ManagerOptions{FirstStatusDelay: time.Minute})
+	ns := testutil.NewNamespace(t, c)
+	gc := testutil.NewCluster(ns, "six", 2, 1)
+	if err := c.Create(t.Context(), gc); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	testutil.Eventually(t, waitTimeout, "3 pods", func() (bool, string) {
+		pods = testutil.ListPods(t, c, ns)
+		return len(pods) == 3, fmt.Sprintf("%d pods", len(pods))
+	})
+	for i := range pods {
+		bind(t, c, &pods[i], fmt.Sprintf("h100-%d", i))
+		markReady(t, c, &pods[i])
+	}
+	testutil.Eventually(t, waitTimeout, "Ready", func() (bool, string) {
+		got := testutil.GetCluster(t, c, ns, "six")
+		return got.Status.Phase == gpulabv1alpha1.ClusterReady, fmt.Sprintf("phase %q", got.Status.Phase)
+	})
+	writes := 0
+	for key, n := range m.Traffic.Snapshot() {
+		switch key {
+		case "POST services", "POST podgroups", "POST pods", "PUT gpuclusters/status":
+		case "POST events", "PATCH events":
+			t.Errorf("%d %s: a gang's first pods are no event", n, key)
+		default:
+			// Writes of other objects (the operator's own, not the gang's)
+			// are not this gang's cost.
+			continue
+		}
+		writes += n
+	}
+	if writes != 6 {
+		t.Errorf("writes %v: want 6 for the gang (5 creates, 1 status write)", m.Traffic.Snapshot())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	k8sscheduling "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -70,6 +71,7 @@ const recheckCapacity = 30 * time.Second
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;create;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;deviceclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=karpenter.sh,resources=nodepools,verbs=get;list;watch
 
 // Options configures the reconciler. Zero values take the defaults noted.
 type Options struct {
@@ -84,6 +86,11 @@ type Options struct {
 	// served (the GenericWorkload gate); without it the controller does
 	// not watch them and kubernetes clusters report it.
 	NativeGangsServed bool
+	// NodePoolsServed says whether Karpenter's NodePools are served: a
+	// gang larger than today's nodes then waits for the nodes a NodePool
+	// can add (spec.scheduling.capacity Auto), and NodePool changes wake
+	// the clusters that do not fit.
+	NodePoolsServed bool
 	// DRAServed says whether resource.k8s.io/v1 is served; with it the
 	// capacity view counts each DeviceClass's devices from the
 	// ResourceSlices, and slice changes wake Unschedulable clusters.
@@ -91,6 +98,10 @@ type Options struct {
 	// StatusCoalesce is how long after a status write a progress-only
 	// change waits (status.go). Defaults to DefaultStatusCoalesce.
 	StatusCoalesce time.Duration
+	// FirstStatusDelay is how long a new cluster's first status waits
+	// while it only says the gang is on its way (status.go). Defaults to
+	// DefaultFirstStatusDelay.
+	FirstStatusDelay time.Duration
 	// AgentLeaseNamespace holds the node agents' heartbeat Leases, which the
 	// manager's cache must watch. Defaults to
 	// gpulabv1alpha1.DefaultHeartbeatLeaseNamespace.
@@ -109,10 +120,10 @@ type Reconciler struct {
 	events    recorder.EventRecorder
 	metrics   *metrics.Clusters
 	opts      Options
-	// lastStatusWrite holds when each cluster's status was last written,
-	// and pendingScheduled the scheduled time a deferred write saw, for
-	// coalescing progress writes (status.go).
-	lastStatusWrite, pendingScheduled sync.Map
+	// statusHeld holds, per cluster, until when progress-only status
+	// writes wait, and pendingScheduled the scheduled time a deferred
+	// write saw, for coalescing progress writes (status.go).
+	statusHeld, pendingScheduled sync.Map
 	// namespaceGone holds the UID of each cluster whose namespace refused
 	// a create because it is terminating. A namespace never stops
 	// terminating, so such a cluster creates nothing more: otherwise every
@@ -133,6 +144,9 @@ func New(mgr ctrl.Manager, m *metrics.Clusters, opts Options) *Reconciler {
 	}
 	if opts.StatusCoalesce == 0 {
 		opts.StatusCoalesce = DefaultStatusCoalesce
+	}
+	if opts.FirstStatusDelay == 0 {
+		opts.FirstStatusDelay = DefaultFirstStatusDelay
 	}
 	if opts.AgentLeaseNamespace == "" {
 		opts.AgentLeaseNamespace = gpulabv1alpha1.DefaultHeartbeatLeaseNamespace
@@ -201,6 +215,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// Capacity of the clusters that claim their GPUs.
 		b = b.Watches(&resourceapi.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(r.clustersForDevices)).
 			Watches(&resourceapi.DeviceClass{}, handler.EnqueueRequestsFromMapFunc(r.clustersForDevices))
+	}
+	if r.opts.NodePoolsServed {
+		nodePool := &unstructured.Unstructured{}
+		nodePool.SetGroupVersionKind(capacity.NodePoolKind)
+		b = b.Watches(nodePool, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.unschedulableClusters(ctx)
+		}))
 	}
 	if r.opts.NativeGangsServed {
 		b = b.Watches(&k8sscheduling.PodGroup{}, ownerHandler(mgr.GetScheme(), mgr.GetRESTMapper(), r.opts.StatusCoalesce, nativePodGroupTurned), builder.WithPredicates(nativePodGroupChanged))
@@ -272,16 +293,19 @@ func (r *Reconciler) clustersForDevices(ctx context.Context, _ client.Object) []
 	return r.unschedulableClusters(ctx)
 }
 
-// unschedulableClusters are the clusters a capacity change may wake.
+// unschedulableClusters are the clusters a capacity change may wake: the
+// Unschedulable ones, and those waiting for nodes.
 func (r *Reconciler) unschedulableClusters(ctx context.Context) []reconcile.Request {
-	var list gpulabv1alpha1.GPUClusterList
-	if err := r.client.List(ctx, &list, client.MatchingFields{phaseIndex: string(gpulabv1alpha1.ClusterUnschedulable)}); err != nil {
-		log.FromContext(ctx).Error(err, "listing Unschedulable clusters for a capacity change")
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	var reqs []reconcile.Request
+	for _, phase := range []gpulabv1alpha1.ClusterPhase{gpulabv1alpha1.ClusterUnschedulable, gpulabv1alpha1.ClusterWaitingForNodes} {
+		var list gpulabv1alpha1.GPUClusterList
+		if err := r.client.List(ctx, &list, client.MatchingFields{phaseIndex: string(phase)}); err != nil {
+			log.FromContext(ctx).Error(err, "listing clusters for a capacity change", "phase", phase)
+			continue
+		}
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
 	}
 	return reqs
 }
@@ -330,7 +354,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.Forget(req.NamespacedName)
-			r.lastStatusWrite.Delete(req.NamespacedName)
+			r.statusHeld.Delete(req.NamespacedName)
 			r.pendingScheduled.Delete(req.NamespacedName)
 			r.namespaceGone.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
@@ -391,6 +415,11 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	}
 	s.podsListed = true
 	s.desired = buildDesired(s.cluster, fleet, overheads, s.gang, s.pods)
+	if !s.desired.verdict.Fits {
+		if err := r.judgeGrowth(ctx, s, fleet); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	return r.reconcileChildren(ctx, s)
 }
 
@@ -411,9 +440,9 @@ func namespaceTerminating(err error) bool {
 	return false
 }
 
-// reconcileChildren runs the phases in order: the gang before any pod, the
-// Service, then the pods; a suspended cluster deletes its pods first and
-// releases the gang after.
+// reconcileChildren runs the phases in order: the gang, the Service and the
+// claim templates together, then the pods; a suspended cluster deletes its
+// pods first and releases the gang after.
 func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if uid, ok := r.namespaceGone.Load(client.ObjectKeyFromObject(s.cluster)); ok && uid == s.cluster.UID {
 		// Its namespace's deletion deletes the cluster too; status is
@@ -423,13 +452,25 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 	if s.cluster.Spec.Suspend {
 		return r.suspend(ctx, s)
 	}
-	if err := r.reconcileService(ctx, s); err != nil {
-		return ctrl.Result{}, err
+	// The Service, the claim templates and the gang do not depend on one
+	// another: one parallel round trip, not three in a row. The pods come
+	// after all of them (a pod never exists before its PodGroup or the
+	// templates its claims are made from).
+	// A gang that waits for nodes is built like one that fits: its pods
+	// are what makes the autoscaler add them.
+	fits := s.desired.verdict.Fits || s.desired.verdict.Grows
+	var serviceErr, claimsErr, gangErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { serviceErr = r.reconcileService(ctx, s) })
+	wg.Go(func() { claimsErr = r.reconcileClaimTemplates(ctx, s) })
+	if fits {
+		wg.Go(func() { gangErr = r.reconcileGang(ctx, s) })
 	}
-	if err := r.reconcileClaimTemplates(ctx, s); err != nil {
-		return ctrl.Result{}, err
+	wg.Wait()
+	if serviceErr != nil || claimsErr != nil {
+		return ctrl.Result{}, errors.Join(serviceErr, claimsErr, gangErr)
 	}
-	if !s.desired.verdict.Fits {
+	if !fits {
 		// Nothing new is created for a gang that can never fit; existing
 		// pods stay. Inventory, heartbeat and node changes re-trigger;
 		// capacity counted from allocatable is also re-checked on a timer.
@@ -438,7 +479,7 @@ func (r *Reconciler) reconcileChildren(ctx context.Context, s *scope) (ctrl.Resu
 		}
 		return ctrl.Result{}, nil
 	}
-	if err := r.reconcileGang(ctx, s); err != nil {
+	if err := gangErr; err != nil {
 		switch {
 		case errors.Is(err, scheduler.ErrNotInstalled):
 			// A condition, not a crash loop: retry slowly in case the
@@ -466,7 +507,9 @@ func (r *Reconciler) reconcileGang(ctx context.Context, s *scope) error {
 		if errors.Is(err, scheduler.ErrNotInstalled) || errors.Is(err, scheduler.ErrReleasing) {
 			return err
 		}
-		if !namespaceTerminating(err) {
+		// A previous incarnation's PodGroup is the garbage collector's
+		// to remove: waiting for it is no failure.
+		if !namespaceTerminating(err) && !ownership.IsReplacing(err) {
 			r.events.Eventf(s.cluster, nil, corev1.EventTypeWarning, "PodGroupFailed", "EnsurePodGroup", "%v", err)
 		}
 		return err

@@ -28,7 +28,9 @@ type desiredState struct {
 	gang           sizing.GangSize
 	// coverage is what the scheduler's gang object makes of gang.
 	coverage scheduler.Coverage
-	verdict  capacity.Verdict
+	// demands are what the gang asks of the capacity, which verdict judges.
+	demands []capacity.Demand
+	verdict capacity.Verdict
 }
 
 // buildDesired resolves GPU requests against capacity, builds every pod as
@@ -61,6 +63,7 @@ func buildDesired(cluster *gpulabv1alpha1.GPUCluster, fleet []capacity.Node, ove
 	}
 	d.service, d.claimTemplates, d.gang = objs.Service, objs.ClaimTemplates, objs.Size
 	d.coverage = backend.Coverage(cluster, d.gang)
+	d.demands = demands
 	d.verdict = capacity.Check(fleet, demands)
 	return d
 }

@@ -87,7 +87,10 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) error {
 		// now instead of waiting for the cache to report it.
 		s.pods = append(s.pods, *pod)
 	}
-	if len(created) > 0 {
+	// A gang's first pods are no news: the status's phases say it, and
+	// an event for each of a burst's gangs is one more write in the
+	// burst. Pods that replace others (exited, rolled out) are news.
+	if len(created) > 0 && len(present) > 0 {
 		names := make([]string, len(created))
 		for i, p := range created {
 			names[i] = p.Name

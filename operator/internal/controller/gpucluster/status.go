@@ -32,14 +32,14 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	}
 	progress := !urgent(old, &next)
 	if !progress && starting(old, &next) {
-		// A new cluster's first status waits too, from when it was first
-		// seen: a gang Ready within the window costs one write.
-		r.lastStatusWrite.LoadOrStore(key, time.Now())
+		// A new cluster's first status waits too, FirstStatusDelay from
+		// when it was first seen: a gang Ready within it costs one write.
+		r.statusHeld.LoadOrStore(key, time.Now().Add(r.opts.FirstStatusDelay))
 		progress = true
 	}
 	if progress {
-		if last, ok := r.lastStatusWrite.Load(key); ok {
-			if wait := time.Until(last.(time.Time).Add(r.opts.StatusCoalesce)); wait > 0 {
+		if until, ok := r.statusHeld.Load(key); ok {
+			if wait := time.Until(until.(time.Time)); wait > 0 {
 				// The first-seen times are kept for the write that comes.
 				r.pendingScheduled.Store(key, next.ScheduledTime)
 				s.statusDeferred = wait
@@ -76,7 +76,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, s *scope) error {
 	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
-	r.lastStatusWrite.Store(key, time.Now())
+	r.statusHeld.Store(key, time.Now().Add(r.opts.StatusCoalesce))
 	r.pendingScheduled.Delete(key)
 	r.recordTransitions(s.cluster, old, &next)
 	return nil
@@ -101,10 +101,18 @@ func (r *Reconciler) seeded(key client.ObjectKey, old *gpulabv1alpha1.GPUCluster
 // the GangScheduled and HeadReady steps, and the step from Scheduling to
 // Provisioning (all bound, not yet Ready), whose first-seen time is kept
 // meanwhile. A new cluster's first status, while it is on its way, waits
-// as long from when the cluster was first seen. Every other phase change,
+// DefaultFirstStatusDelay from when the cluster was first seen. Every other phase change,
 // Ready among them, and the other condition verdicts are written at once:
 // they are what users, alerts and the latency measurements wait for.
 const DefaultStatusCoalesce = time.Second
+
+// DefaultFirstStatusDelay is how long a new cluster's first status waits
+// while all it says is that the gang is on its way. Most gangs are Ready
+// sooner, even in a burst of hundreds, so their one status write is the
+// one that says Ready; a verdict (cannot fit, invalid, an error) is
+// written at once, and kubectl shows a cluster without a phase for at
+// most this long.
+const DefaultFirstStatusDelay = 5 * time.Second
 
 // progressConditions change as a healthy gang comes up; the Ready
 // condition and the phase carry the verdict.
@@ -165,9 +173,14 @@ func (r *Reconciler) recordTransitions(cluster *gpulabv1alpha1.GPUCluster, old, 
 	}
 	was := meta.FindStatusCondition(old.Conditions, gpulabv1alpha1.ConditionSchedulable)
 	now := meta.FindStatusCondition(next.Conditions, gpulabv1alpha1.ConditionSchedulable)
-	if now != nil && now.Status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse) {
-		r.metrics.Unschedulable(now.Reason)
-		r.events.Eventf(cluster, nil, corev1.EventTypeWarning, now.Reason, "CheckCapacity", "%s", now.Message)
+	if now != nil && now.Status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != now.Reason) {
+		if now.Reason == gpulabv1alpha1.ReasonWaitingForNodes {
+			// Not a failure: the autoscaler is expected to act.
+			r.events.Eventf(cluster, nil, corev1.EventTypeNormal, now.Reason, "CheckCapacity", "%s", now.Message)
+		} else {
+			r.metrics.Unschedulable(now.Reason)
+			r.events.Eventf(cluster, nil, corev1.EventTypeWarning, now.Reason, "CheckCapacity", "%s", now.Message)
+		}
 	}
 }
 
@@ -354,12 +367,14 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 		next.Phase = gpulabv1alpha1.ClusterSuspended
 	case gangMissing:
 		next.Phase = gpulabv1alpha1.ClusterFailed
-	case !v.Fits:
+	case !v.Fits && !v.Grows:
 		next.Phase = gpulabv1alpha1.ClusterUnschedulable
 	case allReady:
 		next.Phase = gpulabv1alpha1.ClusterReady
 	case allBound:
 		next.Phase = gpulabv1alpha1.ClusterProvisioning
+	case v.Grows:
+		next.Phase = gpulabv1alpha1.ClusterWaitingForNodes
 	case counts.existing > 0:
 		next.Phase = gpulabv1alpha1.ClusterScheduling
 	default:

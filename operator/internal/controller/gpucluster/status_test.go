@@ -67,7 +67,7 @@ func TestStatusOfADeletedClusterIsNoError(t *testing.T) {
 	write := func(c client.Client) error {
 		r.client, r.apiReader = c, c
 		// Past the coalescing window: the status goes out at once.
-		r.lastStatusWrite.Store(client.ObjectKeyFromObject(gone), time.Now().Add(-time.Minute))
+		r.statusHeld.Store(client.ObjectKeyFromObject(gone), time.Now().Add(-time.Minute))
 		return r.updateStatus(context.Background(), &scope{cluster: gone.DeepCopy(), reconcileErr: errors.New("creating pods: forbidden")})
 	}
 	deleted := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&gpulabv1alpha1.GPUCluster{}).Build()
