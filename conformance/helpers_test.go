@@ -17,6 +17,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/conformance/bare"
 	"github.com/gpulab/gpulab/conformance/cleanup"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/measure"
@@ -37,6 +38,8 @@ type scenario struct {
 	checked  bool
 	created  []client.Object
 	gangs    map[string]client.Object
+	// floor reconciles the scenario's bare gangs (--workload=bare).
+	floor *bare.Floor
 	// owned are the GPUCluster names it created, and its GPUJob names +
 	// "-"; the recorder reads them from its own goroutine.
 	ownedMu sync.Mutex
@@ -87,6 +90,11 @@ func newScenario(ctx context.Context, t *testing.T, feature string) *scenario {
 	}
 	s.recorder = rec
 	t.Cleanup(s.cleanup)
+	if w, ok := workload().(selfReconciled); ok {
+		if err := w.reconcile(ctx, s); err != nil {
+			fatalf(t, "starting the suite's own reconciler of %ss: %v", workload().recorded().Kind(), err)
+		}
+	}
 	return s
 }
 
@@ -109,6 +117,9 @@ func (s *scenario) add(ctx context.Context, obj client.Object) error {
 func (s *scenario) cleanup() {
 	if !s.checked {
 		s.checkInvariants()
+	}
+	if s.floor != nil {
+		s.floor.Stop()
 	}
 	s.recorder.Stop()
 	ctx := context.Background()
@@ -148,8 +159,8 @@ func (s *scenario) gang(ctx context.Context, name string, groups ...workerGroup)
 		fatalf(s.t, "creating %s %s: %v", workload().recorded().Kind(), name, err)
 	}
 	s.gangs[name] = obj
-	if h, ok := workload().(afterCreater); ok {
-		if err := h.afterCreate(ctx, s, []client.Object{obj}); err != nil {
+	if w, ok := workload().(selfReconciled); ok {
+		if err := w.created(ctx, s, obj); err != nil {
 			fatalf(s.t, "creating %s %s's children: %v", workload().recorded().Kind(), name, err)
 		}
 	}
@@ -169,8 +180,14 @@ func gangPods(groups []workerGroup) int {
 // operator takes a burst.
 const createParallelism = 16
 
-// gangsAtOnce creates a gang per name, all alike, concurrently: each is
-// expected (its clock starts) just before its own create.
+// gangsAtOnce creates a gang per name, all alike, createParallelism at a
+// time for every workload. Each gang's clock starts as its own create is
+// issued (the wait for a slot is outside it; the recorder then starts it
+// at the object's creation, as the server recorded it). A workload the
+// suite reconciles itself (bare) reacts to each gang the moment its
+// object exists, on a goroutine of its own outside the create slots, as
+// an operator with unbounded workers would; gangsAtOnce returns once
+// every reaction has.
 func (s *scenario) gangsAtOnce(ctx context.Context, names []string, groups ...workerGroup) {
 	s.t.Helper()
 	desired := gangPods(groups)
@@ -183,11 +200,9 @@ func (s *scenario) gangsAtOnce(ctx context.Context, names []string, groups ...wo
 	}
 	// Every gang created is recorded before a failed create fails the
 	// assessment, so the scenario's cleanup deletes all of them.
-	// A workload the suite itself reconciles (bare) reacts to each gang as
-	// it is created, as an operator's watch would.
 	var after func(i int) error
-	if h, ok := workload().(afterCreater); ok {
-		after = func(i int) error { return h.afterCreate(ctx, s, objs[i:i+1]) }
+	if w, ok := workload().(selfReconciled); ok {
+		after = func(i int) error { return w.created(ctx, s, objs[i]) }
 	}
 	created, err := cleanup.CreateAll(ctx, s.c, objs, createParallelism, func(i int) { s.recorder.Expect(names[i], desired, time.Now()) }, after)
 	for _, obj := range created {

@@ -275,11 +275,12 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 		add("create_to_pods_ready", tl.Created, tl.PodsReady)
 		add("create_to_status_ready", tl.Created, tl.StatusReady)
 		add("pods_ready_to_status_ready", tl.PodsReady, tl.StatusReady)
+		add("issue_to_created", tl.Issued, tl.Created)
 		add("create_to_claims_created", tl.Created, tl.ClaimsCreated)
 		add("create_to_claims_allocated", tl.Created, tl.ClaimsAllocated)
 	}
 	addTimelines(feature, timelines)
-	reported := append(slices.Clone(results.LatencyPhases), "pods_ready_to_status_ready")
+	reported := append(slices.Clone(results.LatencyPhases), "pods_ready_to_status_ready", "issue_to_created")
 	if draMode() {
 		// The scheduler allocates a pod's claims before it binds it.
 		reported = append(reported, "create_to_claims_created", "create_to_claims_allocated")
@@ -292,6 +293,10 @@ func record(feature string, timelines map[string]measure.Timeline, n int, wall t
 	measured(results.Value(feature, "clusters", "count", float64(n)), results.Value(feature, "wall", "seconds", wall.Seconds()))
 	if span := creationSpan(timelines); span > 0 {
 		measured(results.Value(feature, "gangs_per_second", "gangs/s", float64(n)/span.Seconds()))
+	}
+	if span := measure.Makespan(timelines); span > 0 {
+		measured(results.Value(feature, "burst_makespan", "seconds", span.Seconds()),
+			results.Value(feature, "burst_gangs_per_second", "gangs/s", float64(n)/span.Seconds()))
 	}
 	before, after := op.before, op.after
 	if before == nil || after == nil {

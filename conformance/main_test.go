@@ -109,7 +109,7 @@ func TestMain(m *testing.M) {
 			Profile: o.Profile, Kubeconfig: o.Kubeconfig, Context: o.Context, Scale: o.Scale, Fleet: o.Fleet,
 			OutDir: filepath.Join(out, "logs"), OperatorBinary: o.OperatorBinary, Keep: o.Keep, Log: os.Stdout,
 			TestbedName: o.TestbedName, OperatorNamespace: o.OperatorNamespace, Workload: o.Workload, OperatorMetricsURL: o.OperatorMetricsURL,
-			ClientQPS: o.ClientQPS, NativeGangs: o.Scheduler == "kubernetes", DRAGangs: o.GPUAllocation == "dra",
+			ClientQPS: o.ClientQPS, NativeGangs: o.Scheduler == "kubernetes", DRAGangs: o.GPUAllocation == "dra", DeviceClass: o.DeviceClass,
 		})
 		if err != nil {
 			setupErr = fmt.Errorf("profile %s: %w", o.Profile, err)

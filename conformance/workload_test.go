@@ -20,7 +20,6 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/bare"
 	"github.com/gpulab/gpulab/conformance/measure"
-	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -39,12 +38,16 @@ type gangWorkload interface {
 	describe(ctx context.Context, s *scenario, name string) string
 }
 
-// afterCreater is a workload whose gangs need the suite once their objects
-// exist: the bare workload creates what an operator would.
-type afterCreater interface {
-	// afterCreate runs right after the gangs' objects are created (objs,
-	// as the API server returned them), for all of them at once.
-	afterCreate(ctx context.Context, s *scenario, objs []client.Object) error
+// selfReconciled is a workload the suite reconciles itself, as an operator
+// would: the bare workload, the ideal operator the floor is.
+type selfReconciled interface {
+	// reconcile starts reconciling the scenario's namespace (watches) for
+	// as long as the scenario lasts.
+	reconcile(ctx context.Context, s *scenario) error
+	// created reacts to one gang's object as the API server returned it.
+	// In a burst it runs on a goroutine of its own per gang, outside the
+	// create slots (cleanup.CreateAll), as an unbounded operator would.
+	created(ctx context.Context, s *scenario, obj client.Object) error
 }
 
 // workerGroup is n pods of gpus GPUs each (0: CPU only).
@@ -226,22 +229,18 @@ func (rayClusters) describe(ctx context.Context, s *scenario, name string) strin
 }
 
 // bareGangs are the suite's own gangs, with no operator (package bare): a
-// ConfigMap per gang and, right after it, the PodGroup, head Service and
-// pods gpulab's operator would create for the same GPUCluster, through a
-// client with the operators' limits.
+// ConfigMap per gang and what gpulab's operator would create for it, made
+// by the floor (bare.Floor), an ideal operator: each gang's children the
+// moment its ConfigMap exists, all gangs at once, through an unlimited
+// client, and one status write per gang when its pods are all Ready.
 type bareGangs struct{}
 
-var _ afterCreater = bareGangs{}
+var _ selfReconciled = bareGangs{}
 
 func (bareGangs) recorded() measure.Workload { return measure.BareGangs{} }
 
-// build is the gang's ConfigMap; its first call also makes the children's
-// client, before any gang exists, as a running operator has its own.
+// build is the gang's ConfigMap.
 func (bareGangs) build(name string, groups []workerGroup) client.Object {
-	bareClientOnce.Do(func() {
-		bareClient, bareClientErr = bare.Client(bare.ClientInput{Config: cluster.Config, Scheme: local.Scheme,
-			QPS: profile.OperatorQPS, Burst: profile.OperatorBurst})
-	})
 	spec := bare.Spec{Queue: fp.queue, Head: podTemplate("head", 0)}
 	for _, g := range groups {
 		spec.Groups = append(spec.Groups, bare.Group{Name: g.name, Replicas: g.n, Template: podTemplate("worker", g.gpus)})
@@ -255,22 +254,40 @@ var (
 	bareClientErr  error
 )
 
-func (bareGangs) afterCreate(ctx context.Context, _ *scenario, objs []client.Object) error {
+// reconcile starts the scenario's floor, before any of its gangs exists,
+// as a running operator is: its watch of the namespace's pods, and on the
+// first scenario the client it shares with the later ones.
+func (bareGangs) reconcile(ctx context.Context, s *scenario) error {
+	bareClientOnce.Do(func() {
+		bareClient, bareClientErr = bare.Client(bare.ClientInput{Config: cluster.Config, Scheme: local.Scheme, Unlimited: true})
+	})
 	if bareClientErr != nil {
 		return bareClientErr
 	}
-	var cms []*corev1.ConfigMap
-	for _, obj := range objs {
-		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			cms = append(cms, cm)
-		}
+	f, err := bare.StartFloor(ctx, bare.FloorInput{Config: cluster.Config, Scheme: local.Scheme, Namespace: s.ns, Client: bareClient})
+	if err != nil {
+		return err
 	}
-	return bare.CreateAll(ctx, bareClient, cms)
+	s.floor = f
+	return nil
+}
+
+func (bareGangs) created(ctx context.Context, s *scenario, obj client.Object) error {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return fmt.Errorf("a bare gang is a ConfigMap, not %T", obj)
+	}
+	return s.floor.Created(ctx, cm)
 }
 
 func (bareGangs) describe(ctx context.Context, s *scenario, name string) string {
 	tl := s.recorder.Timelines()[name]
-	return fmt.Sprintf("%d of %d pods created, %d bound; %s", tl.Pods, tl.Desired, s.recorder.Bound(name), describePodGroup(ctx, s, name))
+	ready, desired, written := s.floor.Progress(name)
+	floor := fmt.Sprintf("the floor saw %d of %d pods Ready, status written %v", ready, desired, written)
+	if err := s.floor.Err(); err != nil {
+		floor += fmt.Sprintf(" (%v)", err)
+	}
+	return fmt.Sprintf("%d of %d pods created, %d bound; %s; %s", tl.Pods, tl.Desired, s.recorder.Bound(name), floor, describePodGroup(ctx, s, name))
 }
 
 // nativeGangs says the run's gangs are kube-scheduler's own

@@ -23,33 +23,41 @@ type ClientInput struct {
 	Scheme *runtime.Scheme
 	// QPS and Burst limit requests per API resource, as client-go limits
 	// each of a controller-runtime client's per-kind REST clients: an
-	// operator's limits (profile.OperatorQPS, OperatorBurst). Required.
+	// operator's limits (profile.OperatorQPS, OperatorBurst). Required
+	// unless Unlimited.
 	QPS   float32
 	Burst int
+	// Unlimited sends every request at once, with no limiter at all: the
+	// ideal operator the floor is (Floor), whose own limits must not be
+	// what a run measures. QPS and Burst are then ignored.
+	Unlimited bool
 }
 
-// Client is a client limited as an operator's is, for creating the gangs'
-// children. Its limit is applied in its transport, with client-go's own
-// limiter off, so its waits stay out of the suite's
+// Client is a client for creating the gangs' children and writing their
+// statuses: limited as an operator's is, or not at all (Unlimited).
+// client-go's own limiter is off either way; a limit is applied in its
+// transport, so its waits stay out of the suite's
 // rest_client_rate_limiter_duration_seconds: they are the stack's, inside
 // the phases, not the suite's throttling reported apart. Its REST
-// mappings for the children's kinds are read now, as a running operator
+// mappings for the kinds it writes are read now, as a running operator
 // has them, not on the first gang's creates.
 func Client(in ClientInput) (client.Client, error) {
-	if in.Config == nil || in.Scheme == nil || in.QPS <= 0 || in.Burst < 1 {
-		return nil, fmt.Errorf("bare client: a config, a scheme, QPS > 0 and burst >= 1 are required")
+	if in.Config == nil || in.Scheme == nil || (!in.Unlimited && (in.QPS <= 0 || in.Burst < 1)) {
+		return nil, fmt.Errorf("bare client: a config, a scheme, and QPS > 0 and burst >= 1 or Unlimited are required")
 	}
 	cfg := rest.CopyConfig(in.Config)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil // negative: client-go's limiter off
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return &limited{next: rt, qps: in.QPS, burst: in.Burst, buckets: map[string]flowcontrol.RateLimiter{}}
-	})
+	if !in.Unlimited {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return &limited{next: rt, qps: in.QPS, burst: in.Burst, buckets: map[string]flowcontrol.RateLimiter{}}
+		})
+	}
 	c, err := client.New(cfg, client.Options{Scheme: in.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("bare client: %w", err)
 	}
 	var errs []error
-	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &schedulingv1beta1.PodGroup{}} {
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &schedulingv1beta1.PodGroup{}, &corev1.ConfigMap{}} {
 		gvk, err := c.GroupVersionKindFor(obj)
 		if err == nil {
 			_, err = c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)

@@ -16,4 +16,11 @@
 // them and the recorder maps them to the gang by owner kind ConfigMap.
 // Create makes them in the operator's order, which keeps a gang whole: the
 // PodGroup before any pod.
+//
+// Floor is the ideal operator that makes them: it reacts to each gang the
+// moment its ConfigMap exists (Created, on a goroutine per gang outside
+// the burst's create slots), serves every gang at once through a client
+// with no limit (Client with Unlimited), and writes each gang's ConfigMap
+// once when one watch of the namespace's pods has seen them all Ready
+// (StatusKey, ReadyTimeKey): the floor's status Ready, as an operator's.
 package bare

@@ -43,6 +43,7 @@ var columns = []column{
 	{"→Ready p50 s", "create_to_status_ready", p50, 1, "%.2f"},
 	{"→Ready p99 s", "create_to_status_ready", p99, 1, "%.2f"},
 	{"gangs/s", "gangs_per_second", p99, 1, "%.1f"},
+	{"makespan s", "burst_makespan", p99, 1, "%.1f"},
 	{"API req/gang", "api_requests_per_cluster", p99, 1, "%.1f"},
 	{"reconciles/gang", "reconciles_per_cluster", p99, 1, "%.1f"},
 	{"409s", "api_conflicts", p99, 1, "%.0f"},

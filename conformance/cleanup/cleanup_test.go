@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -259,5 +263,83 @@ func TestCreateAllRecordsEveryCreate(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "cm-0,cm-2,cm-3" {
 		t.Errorf("recorded as created: %v, want cm-0, cm-2 and cm-3", names)
+	}
+}
+
+// TestCreateAllReactsOutsideTheSlots is a burst of one create at a time
+// whose reactions each wait until every create has been issued: a
+// reaction holding its create's slot would keep the next create waiting
+// until the deadline. Each gang's clock (before) starts right as its own
+// create is issued, never while another create or a reaction runs.
+func TestCreateAllReactsOutsideTheSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		log = append(log, s)
+	}
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			note("create " + obj.GetName())
+			return c.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	var objs []client.Object
+	for i := range 4 {
+		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("cm-%d", i)}})
+	}
+	issued, started := make(chan struct{}), atomic.Int32{}
+	before := func(i int) {
+		note("before " + objs[i].GetName())
+		if started.Add(1) == int32(len(objs)) {
+			close(issued)
+		}
+	}
+	after := func(i int) error {
+		select {
+		case <-issued:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("%s's reaction waited for the burst until the deadline: it held a create slot", objs[i].GetName())
+		}
+	}
+	created, err := CreateAll(ctx, c, objs, 1, before, after)
+	if err != nil || len(created) != len(objs) {
+		t.Fatalf("created %d of %d: %v", len(created), len(objs), err)
+	}
+	// One at a time: each create right after its own before.
+	var want []string
+	for _, obj := range objs {
+		want = append(want, "before "+obj.GetName(), "create "+obj.GetName())
+	}
+	if !slices.Equal(log, want) {
+		t.Errorf("order %v, want %v", log, want)
+	}
+}
+
+// TestCreateAllJoinsReactionErrors: a failed reaction is reported with
+// the creates' errors, and a failed create gets no reaction.
+func TestCreateAllJoinsReactionErrors(t *testing.T) {
+	c := fake.NewClientBuilder().WithObjects(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cm-1"}}).Build()
+	var objs []client.Object
+	for i := range 3 {
+		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("cm-%d", i)}})
+	}
+	var reacted sync.Map
+	created, err := CreateAll(context.Background(), c, objs, 2, nil, func(i int) error {
+		reacted.Store(i, true)
+		if i == 2 {
+			return errors.New("cm-2's children refused")
+		}
+		return nil
+	})
+	if len(created) != 2 || err == nil || !strings.Contains(err.Error(), "cm-1") || !strings.Contains(err.Error(), "cm-2's children refused") {
+		t.Errorf("created %d, error %v: want 2 created, cm-1's create and cm-2's reaction failed", len(created), err)
+	}
+	if _, ok := reacted.Load(1); ok {
+		t.Error("a failed create got a reaction")
 	}
 }

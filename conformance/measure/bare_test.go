@@ -43,8 +43,19 @@ func barePod(p *corev1.Pod, rv int, node string, readyAt time.Time) *corev1.Pod 
 	return p
 }
 
-// A bare gang has no status: the recorder follows its ConfigMap's
-// children to Ready, and its StatusReady is the moment its pods all were.
+// withStatus is the gang's ConfigMap at revision rv with the floor's
+// status write, made at written.
+func withStatus(cm *corev1.ConfigMap, rv int, written time.Time) *corev1.ConfigMap {
+	cm = cm.DeepCopy()
+	cm.ResourceVersion = strconv.Itoa(rv)
+	cm.Data[bare.StatusKey], cm.Data[bare.ReadyTimeKey] = bare.StatusReady, written.UTC().Format(time.RFC3339)
+	return cm
+}
+
+// A bare gang's status is the floor's one write on its ConfigMap: the
+// recorder follows the children to Ready, and StatusReady is when that
+// write was seen (bounded by the time written in it, as gpulab's by its
+// condition's), not when the pods were all Ready.
 func TestRecorderFollowsBareGangToReady(t *testing.T) {
 	r := newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, Workload: BareGangs{}})
 	cm, ch := bareGang(t)
@@ -69,12 +80,52 @@ func TestRecorderFollowsBareGangToReady(t *testing.T) {
 		t.Fatalf("Ready with 2 of 3 pods Ready: %+v", tl)
 	}
 	r.event(barePod(ch.Pods[2], 11, "n2", t0.Add(2*time.Second)), updated, at(2*time.Second))
-	tl = r.Timelines()["g"]
-	if tl.PodsReady.IsZero() || !tl.StatusReady.Equal(tl.PodsReady) {
-		t.Errorf("pods Ready at %v, status Ready at %v: want the same moment", tl.PodsReady, tl.StatusReady)
+	if tl = r.Timelines()["g"]; tl.PodsReady.IsZero() || !tl.StatusReady.IsZero() {
+		t.Fatalf("pods Ready at %v, status Ready at %v: want no status Ready before the floor writes it", tl.PodsReady, tl.StatusReady)
+	}
+	// The floor writes at 2.4 s (the time written in it truncates to
+	// 2 s); the recorder sees the write at 2.5 s.
+	r.event(withStatus(cm, 12, at(2400*time.Millisecond)), updated, at(2500*time.Millisecond))
+	if tl = r.Timelines()["g"]; !tl.StatusReady.Equal(at(2500 * time.Millisecond)) {
+		t.Errorf("status Ready at %v, want the write's receipt %v", tl.StatusReady, at(2500*time.Millisecond))
 	}
 	if v, p := r.judge(at(time.Minute)); len(v) != 0 || len(p) != 0 {
 		t.Errorf("violations %v, pending %v", v, p)
+	}
+}
+
+// The floor's status is a claim held to the pods, as gpulab's: written
+// before every pod was Ready, it is a violation.
+func TestBareStatusBeforePodsReadyIsCaught(t *testing.T) {
+	r := newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, Workload: BareGangs{}})
+	cm, ch := bareGang(t)
+	r.event(cm, added, at(0))
+	pg := ch.PodGroup.DeepCopy()
+	pg.ResourceVersion = "2"
+	r.event(pg, added, at(0))
+	for i, p := range ch.Pods {
+		r.event(barePod(p, 3+i, "n"+strconv.Itoa(i), time.Time{}), added, at(0))
+	}
+	r.event(withStatus(cm, 6, at(time.Second)), updated, at(time.Second))
+	for i, p := range ch.Pods {
+		r.event(barePod(p, 7+i, "n"+strconv.Itoa(i), at(2*time.Second)), updated, at(2*time.Second))
+	}
+	wantViolation(t, violations(r, at(time.Minute)), "g", "ConfigMap g status claimed Ready (revision 6) before every pod was Ready")
+}
+
+// The clock starts at the gang object's creation, which the server
+// recorded; when the suite issued the create is kept beside it.
+func TestClockStartsAtTheCreation(t *testing.T) {
+	r := newRecorder(RecorderInput{PartialGrace: grace, BindStall: grace, Workload: BareGangs{}})
+	issued := t0.Add(-300 * time.Millisecond)
+	r.Expect("g", 3, issued)
+	if tl := r.Timelines()["g"]; !tl.Issued.Equal(issued) || !tl.Created.Equal(issued) {
+		t.Fatalf("before the object is seen: issued %v, created %v; want both the issue", tl.Issued, tl.Created)
+	}
+	cm, _ := bareGang(t) // created at t0
+	r.event(cm, added, at(200*time.Millisecond))
+	if tl := r.Timelines()["g"]; !tl.Issued.Equal(issued) || !tl.Created.Equal(at(200*time.Millisecond)) {
+		t.Errorf("issued %v, created %v; want the issue kept and the creation seen at %v", tl.Issued, tl.Created, at(200*time.Millisecond))
 	}
 }
 
@@ -109,8 +160,8 @@ func TestBareGangWatchIsLabelled(t *testing.T) {
 			t.Error("an unrelated ConfigMap is watched")
 		}
 	}
-	if watchedByObject(GPUClusters{}) != nil || readyIsPodsReady(GPUClusters{}) || !readyIsPodsReady(BareGangs{}) {
-		t.Error("a workload with a status is treated as one without")
+	if watchedByObject(GPUClusters{}) != nil {
+		t.Error("every GPUCluster is not watched")
 	}
 }
 
@@ -131,7 +182,11 @@ func TestBareGangsMapChildren(t *testing.T) {
 		t.Errorf("slot %q", s)
 	}
 	if st := w.Read(cm); st != (WorkloadState{Desired: 3}) {
-		t.Errorf("read %+v, want 3 desired, never Ready or claiming", st)
+		t.Errorf("read %+v, want 3 desired, not Ready or claiming before the floor's write", st)
+	}
+	written := at(1500 * time.Millisecond)
+	if st := w.Read(withStatus(cm, 2, written)); st != (WorkloadState{Desired: 3, Ready: true, ReadyAt: written.Truncate(time.Second), Claim: true}) {
+		t.Errorf("read %+v, want Ready since %v and claiming", st, written.Truncate(time.Second))
 	}
 	if w.Read(&corev1.Pod{}) != (WorkloadState{}) || w.Read(&corev1.ConfigMap{}) != (WorkloadState{}) {
 		t.Error("a foreign object reads as a gang")

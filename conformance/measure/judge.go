@@ -172,13 +172,13 @@ func (r *Recorder) judgeReadyClaim(name string, t *Timeline, now time.Time) (out
 	switch {
 	case t.claimRV == 0 || t.Desired == 0 || (t.allReadyRV > 0 && t.allReadyRV < t.claimRV):
 	case t.allReadyRV > t.claimRV:
-		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("GPUCluster %s status claimed Ready (revision %d) before every pod was Ready (revision %d)",
-			name, t.claimRV, t.allReadyRV)})
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("%s %s status claimed Ready (revision %d) before every pod was Ready (revision %d)",
+			r.in.Workload.Kind(), name, t.claimRV, t.allReadyRV)})
 	case r.podRV > t.claimRV || now.Sub(t.claimAt) > r.in.PartialGrace:
-		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("GPUCluster %s status claimed Ready (revision %d) while the suite had seen only %d of %d pods Ready",
-			name, t.claimRV, t.ready, t.Desired)})
+		out = append(out, Violation{Cluster: name, At: now, What: fmt.Sprintf("%s %s status claimed Ready (revision %d) while the suite had seen only %d of %d pods Ready",
+			r.in.Workload.Kind(), name, t.claimRV, t.ready, t.Desired)})
 	default:
-		pending = append(pending, fmt.Sprintf("GPUCluster %s claims Ready: waiting for the pod watch to pass revision %d", name, t.claimRV))
+		pending = append(pending, fmt.Sprintf("%s %s claims Ready: waiting for the pod watch to pass revision %d", r.in.Workload.Kind(), name, t.claimRV))
 	}
 	return out, pending
 }

@@ -265,9 +265,6 @@ func (r *Recorder) update(t *Timeline, now time.Time) {
 			return t.proven(at[1], at[0]), ok
 		})
 	}
-	if !t.PodsReady.IsZero() && t.StatusReady.IsZero() && readyIsPodsReady(r.in.Workload) {
-		t.StatusReady = t.PodsReady // no status to be Ready but the pods
-	}
 	partial := t.bound > 0 && t.bound < t.Desired && !t.disrupted
 	switch {
 	case partial && t.partial.IsZero():

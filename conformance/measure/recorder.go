@@ -32,7 +32,13 @@ import (
 // phase by more than a second, and the suite's own client throttling
 // (before the create reaches the server) is not in any phase.
 type Timeline struct {
-	Created     time.Time // the gang object created (creationTimestamp)
+	// Issued is when the suite issued the gang object's create (Expect's
+	// time): its create already held a slot of the burst, so the wait
+	// for one is outside every phase, alike for every workload.
+	Issued time.Time
+	// Created is when the gang object was created (creationTimestamp,
+	// proven): every phase's start. Before the object is seen, Issued.
+	Created     time.Time
 	PodGroup    time.Time // PodGroup created
 	PodsCreated time.Time // all desired pods created
 	AllBound    time.Time // all desired pods bound (PodScheduled)
@@ -276,13 +282,14 @@ func Start(ctx context.Context, in RecorderInput) (*Recorder, error) {
 // Stop ends the watches.
 func (r *Recorder) Stop() { r.cancel() }
 
-// Expect registers a cluster about to be created with its desired pod
-// count; the GPUCluster's spec, once seen, is the authority.
+// Expect registers a cluster whose create is being issued at created with
+// its desired pod count; the GPUCluster's spec, once seen, is the
+// authority for the count, and its creation for the start.
 func (r *Recorder) Expect(name string, desired int, created time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.timeline(name)
-	t.Desired, t.Created = desired, created
+	t.Desired, t.Issued, t.Created = desired, created, created
 }
 
 func (r *Recorder) timeline(name string) *Timeline {

@@ -50,14 +50,6 @@ type WorkloadState struct {
 	Claim bool
 }
 
-// StatuslessWorkload is a Workload whose objects have no status (the
-// suite's bare gangs): its StatusReady milestone is its pods all Ready.
-type StatuslessWorkload interface {
-	Workload
-	// ReadyIsPodsReady marks the workload; it does nothing.
-	ReadyIsPodsReady()
-}
-
 // SelectedWorkload is a Workload whose objects are a labelled few of
 // their type (the bare gangs' ConfigMaps): the recorder watches only
 // those Selector matches, not every object of the type.
@@ -74,12 +66,6 @@ func watchedByObject(w Workload) map[client.Object]cache.ByObject {
 		return nil
 	}
 	return map[client.Object]cache.ByObject{w.Object(): {Label: s.Selector()}}
-}
-
-// readyIsPodsReady says whether the workload's StatusReady is its pods'.
-func readyIsPodsReady(w Workload) bool {
-	_, ok := w.(StatuslessWorkload)
-	return ok
 }
 
 // gangOf is the name of obj's controller of the given kind, or "".
@@ -154,14 +140,12 @@ func (VolcanoJobs) Slot(gang string, p *corev1.Pod) string {
 
 // BareGangs follows the suite's own gangs (package bare): a ConfigMap per
 // gang, controlling a PodGroup, a Service and the pods the suite creates
-// as gpulab's operator would. A ConfigMap has no status, so Ready is the
-// pods all Ready, and nothing is claimed.
+// as gpulab's operator would. The floor writes each ConfigMap once when
+// the gang's pods are all Ready (bare.StatusKey): that write is its status
+// Ready, and a claim held to the pods as gpulab's is.
 type BareGangs struct{}
 
-var (
-	_ StatuslessWorkload = BareGangs{}
-	_ SelectedWorkload   = BareGangs{}
-)
+var _ SelectedWorkload = BareGangs{}
 
 // Object is a ConfigMap.
 func (BareGangs) Object() client.Object { return &corev1.ConfigMap{} }
@@ -169,22 +153,20 @@ func (BareGangs) Object() client.Object { return &corev1.ConfigMap{} }
 // Kind is ConfigMap.
 func (BareGangs) Kind() string { return "ConfigMap" }
 
-// Read is the desired pod count the ConfigMap carries; never Ready of
-// itself.
+// Read is the desired pod count the ConfigMap carries and the status the
+// floor wrote on it, with the time it wrote in it.
 func (BareGangs) Read(obj client.Object) WorkloadState {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
 		return WorkloadState{}
 	}
-	return WorkloadState{Desired: bare.DesiredPods(cm)}
+	ready, at := bare.Status(cm)
+	return WorkloadState{Desired: bare.DesiredPods(cm), Ready: ready, ReadyAt: at, Claim: ready}
 }
 
 // Slot is gang/group/index, from the labels the suite sets as the
 // operator does.
 func (BareGangs) Slot(gang string, p *corev1.Pod) string { return GPUClusters{}.Slot(gang, p) }
-
-// ReadyIsPodsReady implements StatuslessWorkload.
-func (BareGangs) ReadyIsPodsReady() {}
 
 // Selector is the ConfigMaps carrying bare.GangLabel.
 func (BareGangs) Selector() labels.Selector {

@@ -6,12 +6,15 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/rbac"
+	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -88,6 +91,42 @@ func installHint(workload string, nativeGangs bool) string {
 		return "install " + gpulab
 	}
 	return "install " + volcano + " and " + gpulab + ", or run with --scheduler=kubernetes on a cluster with native gangs"
+}
+
+// checkDeviceClass is the DRA stack's preflight: with --gpu-allocation=dra
+// every gang's claims name the DeviceClass (default draclass.DriverName),
+// so a cluster without it, or without DRA at all, would fail every gang;
+// it is named now, with how to install it.
+func checkDeviceClass(ctx context.Context, c client.Client, name string) error {
+	if name == "" {
+		name = draclass.DriverName
+	}
+	err := c.Get(ctx, client.ObjectKey{Name: name}, &resourceapi.DeviceClass{})
+	switch {
+	case err == nil:
+		return nil
+	case meta.IsNoMatchError(err):
+		return fmt.Errorf("--gpu-allocation=dra: the cluster does not serve resource.k8s.io/v1 DeviceClasses "+
+			"(Dynamic Resource Allocation, GA in Kubernetes 1.34), so it has no DeviceClass %s: %s: %w", name, deviceClassHint(name), err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("--gpu-allocation=dra: the cluster has no DeviceClass %s, which every gang's claims name: %s", name, deviceClassHint(name))
+	default:
+		// Forbidden, a timeout: not evidence that it is missing.
+		return fmt.Errorf("checking DeviceClass %s: %w", name, err)
+	}
+}
+
+// deviceClassHint says how to install the DRA driver whose DeviceClass is
+// name: gpulab's agent for its own, else the driver that publishes it.
+func deviceClassHint(name string) string {
+	agent := "install gpulab's DRA driver, which creates it: the node agent with the kustomize component node-agent/config/dra " +
+		"(the DeviceClass alone: kubectl apply --server-side -k node-agent/config/dra/access) or the chart's agent.dra.enabled=true " +
+		"(docs/operator/dra.md)"
+	if name == draclass.DriverName {
+		return agent
+	}
+	return "install the DRA driver that publishes it (gpu.nvidia.com: NVIDIA's dra-driver-nvidia-gpu), or " + agent +
+		" and run with --device-class=" + draclass.DriverName
 }
 
 // checkKubeRayBatchScheduler finds KubeRay's operator and checks it was

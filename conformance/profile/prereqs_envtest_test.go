@@ -10,7 +10,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -90,4 +93,61 @@ func TestWorkloadPrerequisites(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErr("", "")
+}
+
+// TestDRAPreflightNeedsTheDeviceClass: on a real API server that serves
+// gpulab's and Volcano's CRDs and DRA but has no DeviceClass, a run asking
+// for DRA gangs fails its preflight naming the class and how to install
+// it; once gpulab's class is there, the same preflight passes. A run that
+// does not ask for DRA never looks.
+func TestDRAPreflightNeedsTheDeviceClass(t *testing.T) {
+	env := envtest.StartForTest(t, envtest.Options{})
+	ctx := t.Context()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
+	kc.CurrentContext = "envtest"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(dra bool, class string) error {
+		_, err := Connect(ctx, Options{Profile: "cluster", Kubeconfig: path, DRAGangs: dra, DeviceClass: class})
+		return err
+	}
+	wantErr := func(err error, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("preflight: %v, want an error with %q", err, w)
+			}
+		}
+	}
+	if err := connect(false, ""); err != nil {
+		t.Fatalf("preflight without DRA: %v", err)
+	}
+	wantErr(connect(true, ""), "--gpu-allocation=dra: the cluster has no DeviceClass gpu.gpulab.io",
+		"node-agent/config/dra", "agent.dra.enabled=true")
+	wantErr(connect(true, "gpu.nvidia.com"), "no DeviceClass gpu.nvidia.com", "NVIDIA's dra-driver-nvidia-gpu", "--device-class=gpu.gpulab.io")
+
+	if err := env.Client.Create(ctx, draclass.GPUClass(draclass.DriverName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(true, ""); err != nil {
+		t.Errorf("preflight with DeviceClass %s: %v", draclass.DriverName, err)
+	}
+	if err := connect(true, draclass.DriverName); err != nil {
+		t.Errorf("preflight with --device-class=%s: %v", draclass.DriverName, err)
+	}
+	wantErr(connect(true, "gpu.nvidia.com"), "no DeviceClass gpu.nvidia.com")
+}
+
+// The local testbed installs gpulab's DeviceClass only: DRA gangs asking
+// for another are refused before a testbed is made.
+func TestLocalDRAGangsNeedGPULabsClass(t *testing.T) {
+	_, err := Setup(t.Context(), Options{Profile: "local", DRAGangs: true, DeviceClass: "gpu.nvidia.com"})
+	if err == nil || !strings.Contains(err.Error(), "the local testbed has no DeviceClass gpu.nvidia.com") {
+		t.Errorf("local DRA gangs of gpu.nvidia.com: %v, want a refusal naming the class", err)
+	}
 }

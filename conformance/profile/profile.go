@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/internal/scheme"
@@ -61,6 +62,10 @@ type Options struct {
 	// can allocate one device to two claims, which the suite would report
 	// on every run (docs/benchmarks/2026-12-03-dra.md).
 	DRAGangs bool
+	// DeviceClass is the DRA DeviceClass the run claims GPUs from
+	// (--device-class). Default draclass.DriverName, gpulab's agent's. With
+	// DRAGangs the preflight fails when the cluster lacks it.
+	DeviceClass string
 	// OperatorMetricsURL is where the workload's operator serves /metrics,
 	// when it was given: for raycluster, a KubeRay that runs outside any
 	// Deployment (a process) is then taken as there.
@@ -126,6 +131,12 @@ func Setup(ctx context.Context, opts Options) (*Environment, error) {
 // the operators pick free loopback ports, and on a busy machine a process
 // started at the same moment (another test's API server) can take one first.
 func setupLocal(ctx context.Context, opts Options) (*Environment, error) {
+	if opts.DRAGangs && opts.DeviceClass != "" && opts.DeviceClass != draclass.DriverName {
+		// Known before a testbed is made: its agent simulates gpulab's
+		// driver, and only that class is installed.
+		return nil, fmt.Errorf("--gpu-allocation=dra: the local testbed has no DeviceClass %s, only %s (gpulab's agent simulates its driver); "+
+			"run with --device-class=%s, or on a cluster with that driver (--profile=cluster)", opts.DeviceClass, draclass.DriverName, draclass.DriverName)
+	}
 	env, err := setupLocalOnce(ctx, opts)
 	if err == nil {
 		return env, nil
@@ -319,6 +330,11 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 			return nil, fmt.Errorf("--scheduler=kubernetes: the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups "+
 				"(kube-apiserver, kube-scheduler and kube-controller-manager need --feature-gates=GenericWorkload=true, "+
 				"kube-apiserver --runtime-config=scheduling.k8s.io/v1beta1=true): %w", err)
+		}
+	}
+	if opts.DRAGangs {
+		if err := checkDeviceClass(ctx, c, opts.DeviceClass); err != nil {
+			return nil, err
 		}
 	}
 	if opts.Workload == "raycluster" {

@@ -82,7 +82,8 @@ func Run(ctx context.Context, opts Options) (string, error) {
 	fmt.Fprintf(&report, "# gpulab vs KubeRay vs the floor, side by side\n\n"+
 		"Each scale: N gangs (1 head + 2 workers x 4 GPUs) created at once, on one local testbed; a warm-up round (each side once, not counted), "+
 		"then %d rounds in rotating order. Both operators run at %d reconcile workers, client QPS %d / burst %d; the floor is the suite's own "+
-		"`--workload=bare` gangs (the objects gpulab's operator would create, no operator) through a client with the same limits. "+
+		"`--workload=bare` gangs: the objects gpulab's operator would create, made by an ideal operator (each gang's children the moment it exists, "+
+		"all gangs at once, an unlimited client, one status write when its pods are Ready). burst_makespan is first create to last Ready. "+
 		"Ranges are over the rounds; a ratio is of the medians, with its 95%% bootstrap interval over the rounds.\n", opts.Rounds,
 		profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst)
 	var errs []error
