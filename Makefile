@@ -19,6 +19,11 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTBED_NAME  ?= gpulab
 TESTBED_NODES ?= dgx-h100=4
 export TESTBED_NAME TESTBED_NODES
+# The node autoscaler `make testbed-up` runs: none, or karpenter (Karpenter's
+# kwok provider adding GPU nodes of the fleet's profiles, at most
+# TESTBED_AUTOSCALER_MAX_GPUS nvidia.com/gpu in all).
+TESTBED_AUTOSCALER          ?= none
+TESTBED_AUTOSCALER_MAX_GPUS ?= 16
 # Volcano and KubeRay releases the testbeds build and run; empty means the
 # defaults in testbeds/local/binaries (Volcano v1.14.1, KubeRay v1.6.2).
 # VOLCANO_VERSION=v1.10.0 and KUBERAY_VERSION=v1.5.0 are the other choices.
@@ -130,6 +135,19 @@ test: testbed-binaries-all ## Run every test: unit, envtest (real API server), t
 .PHONY: test-short
 test-short: ## Run only the fast tests (no API server, no testbed).
 	$(GO) test -short ./...
+
+# The shipped nightly CronJob (conformance/config/nightly) run as a process
+# on a local testbed: its exact arguments, three nights (the first records
+# the baseline ConfigMap, the second compares and passes, the third, with a
+# planted slowdown, fails). Nine runs of the suite: too long for `make
+# test`, so CI runs it after it. Like `make test`, it must leave the user's
+# kubeconfig as it was.
+.PHONY: test-nightly
+test-nightly: testbed-binaries ## Run the shipped nightly CronJob's exact command three nights on a local testbed: record, compare, catch a planted slowdown.
+	kc="$${KUBECONFIG:-$$HOME/.kube/config}"; before=$$(sha256sum "$$kc" 2>/dev/null || echo absent); rc=0; \
+	GPULAB_NIGHTLY_TEST=1 $(GO) test -ldflags=-w ./conformance/cli/ -run '^TestShippedCronJobNights$$' -count=1 -v -timeout 30m || rc=$$?; \
+	if [[ "$$(sha256sum "$$kc" 2>/dev/null || echo absent)" != "$$before" ]]; then echo "make test-nightly changed $$kc" >&2; rc=1; fi; \
+	exit $$rc
 
 ##@ Dashboards
 
@@ -274,13 +292,20 @@ testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano (VOLCAN
 testbed-binaries-kuberay: $(TESTBED) ## testbed-binaries and KubeRay's operator.
 	$(TESTBED) build --kuberay
 
+# Not part of testbed-binaries-all: it takes minutes on 2 cores and a Go
+# toolchain download of its own, and only --autoscaler=karpenter runs it.
+.PHONY: testbed-binaries-karpenter
+testbed-binaries-karpenter: $(TESTBED) ## testbed-binaries and Karpenter's kwok provider (for TESTBED_AUTOSCALER=karpenter).
+	$(TESTBED) build --autoscaler=karpenter
+
 .PHONY: testbed-binaries-all
 testbed-binaries-all: $(TESTBED) ## testbed-binaries, KubeRay's operator, Prometheus, promtool and the Pushgateway (what `make test` needs).
 	$(TESTBED) build --kuberay --monitoring
 
 .PHONY: testbed-up
-testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator; TESTBED_NATIVE_GANGS=1 turns on Kubernetes' own gangs; VOLCANO_VERSION, KUBERAY_VERSION) and print its kubeconfig.
-	$(TESTBED) up $(if $(filter 1 true,$(TESTBED_KUBERAY)),--kuberay) $(if $(filter 1 true,$(TESTBED_NATIVE_GANGS)),--native-gangs)
+testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator; TESTBED_NATIVE_GANGS=1 turns on Kubernetes' own gangs; TESTBED_AUTOSCALER=karpenter adds Karpenter; VOLCANO_VERSION, KUBERAY_VERSION) and print its kubeconfig.
+	$(TESTBED) up $(if $(filter 1 true,$(TESTBED_KUBERAY)),--kuberay) $(if $(filter 1 true,$(TESTBED_NATIVE_GANGS)),--native-gangs) \
+		--autoscaler=$(TESTBED_AUTOSCALER) $(if $(filter karpenter,$(TESTBED_AUTOSCALER)),--autoscaler-max-gpus=$(TESTBED_AUTOSCALER_MAX_GPUS))
 
 .PHONY: testbed-down
 testbed-down: $(TESTBED) ## Stop the local testbed and remove its state.

@@ -86,6 +86,9 @@ type featureSet struct {
 	// legacyKubeRayVersion.
 	VolcanoVersion string `json:"volcanoVersion,omitempty"`
 	KubeRayVersion string `json:"kubeRayVersion,omitempty"`
+	// Autoscaler is Options.Autoscaler; empty in a testbed started before
+	// it could be chosen (none ran).
+	Autoscaler string `json:"autoscaler,omitempty"`
 }
 
 // The versions every testbed ran before they could be chosen.
@@ -140,5 +143,6 @@ func (t *Testbed) features() featureSet {
 
 // wantedFeatures is what Options ask for.
 func (t *Testbed) wantedFeatures() featureSet {
-	return featureSet{KubeRay: t.opts.KubeRay, VolcanoVersion: t.opts.VolcanoVersion, KubeRayVersion: t.opts.KubeRayVersion}
+	return featureSet{KubeRay: t.opts.KubeRay, VolcanoVersion: t.opts.VolcanoVersion, KubeRayVersion: t.opts.KubeRayVersion,
+		Autoscaler: t.opts.Autoscaler}
 }

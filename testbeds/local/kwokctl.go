@@ -52,11 +52,20 @@ const kwokPodStageParallelism = 32
 const nodeMonitorGracePeriod = 5 * time.Minute
 
 type kwokComponent struct {
-	Name    string   `json:"name"`
-	Binary  string   `json:"binary"`
-	Args    []string `json:"args"`
-	WorkDir string   `json:"workDir"`
-	Links   []string `json:"links,omitempty"`
+	Name    string    `json:"name"`
+	Binary  string    `json:"binary"`
+	Args    []string  `json:"args"`
+	WorkDir string    `json:"workDir"`
+	Links   []string  `json:"links,omitempty"`
+	Envs    []kwokEnv `json:"envs,omitempty"`
+}
+
+// kwokEnv is one environment variable of a component, added to what
+// kwokctl's own process has (KUBECONFIG among them: a component that reads
+// it must be given its own).
+type kwokEnv struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 type kwokComponentPatch struct {
@@ -82,7 +91,7 @@ var kwokStages = []string{
 // renderKwokctlConfig writes the configuration kwokctl creates the cluster
 // from: local binaries only (nothing is downloaded), loopback only, Volcano
 // (and KubeRay's operator, when kuberay is not nil) as extra components
-// kwokctl supervises, and kwok's stages.
+// kwokctl supervises, any extra components after them, and kwok's stages.
 // kube-controller-manager's client limits on the testbed (its defaults
 // are 20 and 30).
 const (
@@ -90,12 +99,13 @@ const (
 	controllerManagerBurst = "200"
 )
 
-func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string, opts Options) ([]byte, error) {
+func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string, opts Options, extra ...kwokComponent) ([]byte, error) {
 	components := append(volcano.components(workdir, bins),
 		agentComponent(workdir, volcano.kubeconfig, agent, volcano.ports.AgentMetrics, opts.DRA))
 	if kuberay != nil {
 		components = append(components, kuberay.component(workdir, bins))
 	}
+	components = append(components, extra...)
 	options := map[string]any{
 		"runtime":                     "binary",
 		"bindAddress":                 "127.0.0.1",
@@ -206,11 +216,18 @@ func renderKwokctlConfig(workdir string, bins *binaries.Set, volcano *volcanoSet
 }
 
 // createCluster writes the kwokctl configuration and runs `kwokctl create cluster`.
-func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, agent string) error {
+func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano *volcanoSetup, kuberay *kubeRaySetup, karpenter *karpenterSetup, agent string) error {
 	if err := os.MkdirAll(t.stateDir(), 0o755); err != nil {
 		return err
 	}
-	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent, t.opts)
+	var extra []kwokComponent
+	if karpenter != nil {
+		if err := karpenter.writeFiles(); err != nil {
+			return err
+		}
+		extra = append(extra, karpenter.component(t.Workdir()))
+	}
+	config, err := renderKwokctlConfig(t.Workdir(), bins, volcano, kuberay, agent, t.opts, extra...)
 	if err != nil {
 		return err
 	}
@@ -224,6 +241,9 @@ func (t *Testbed) createCluster(ctx context.Context, bins *binaries.Set, volcano
 	names := "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler, vc-controller-manager and gpulab-agent"
 	if kuberay != nil {
 		names = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, vc-scheduler, vc-controller-manager, gpulab-agent and ray-operator"
+	}
+	if karpenter != nil {
+		names = strings.Replace(names, " and ", ", ", 1) + " and " + karpenterComponent
 	}
 	fmt.Fprintf(t.opts.Log, "starting %s (kwokctl, binary runtime)\n", names)
 	return t.kwokctl(ctx, bins, "create", "cluster", "--name", t.opts.Name, "--config", configPath, "--runtime", "binary", "--wait", "1m")

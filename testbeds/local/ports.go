@@ -35,13 +35,18 @@ type Ports struct {
 	// started with Options.KubeRay.
 	KubeRayMetrics int `json:"kubeRayMetrics"`
 	KubeRayHealthz int `json:"kubeRayHealthz"`
+	// Karpenter's kwok provider's, picked for every testbed and used by
+	// those started with Options.Autoscaler AutoscalerKarpenter (absent
+	// from a testbed started before it could).
+	KarpenterMetrics int `json:"karpenterMetrics,omitempty"`
+	KarpenterHealthz int `json:"karpenterHealthz,omitempty"`
 }
 
 func (p *Ports) all() []*int {
 	return []*int{
 		&p.Etcd, &p.EtcdPeer, &p.KubeAPIServer, &p.KubeControllerManager, &p.KubeScheduler, &p.KwokController,
 		&p.SchedulerMetrics, &p.SchedulerHealthz, &p.ControllerManagerHealthz, &p.ControllerManagerMetrics, &p.AgentMetrics,
-		&p.KubeRayMetrics, &p.KubeRayHealthz,
+		&p.KubeRayMetrics, &p.KubeRayHealthz, &p.KarpenterMetrics, &p.KarpenterHealthz,
 	}
 }
 

@@ -30,7 +30,8 @@ const (
 
 // ComponentNames are the processes a testbed can have, as Restart and
 // Components name them; ray-operator runs only in a testbed started with
-// Options.KubeRay.
+// Options.KubeRay, karpenter-kwok only in one started with Options.Autoscaler
+// AutoscalerKarpenter.
 func ComponentNames() []string { return slices.Concat(baseComponents, optionalComponents) }
 
 // Restart stops one component of the testbed by the PID in its pid file
@@ -196,6 +197,8 @@ func (t *Testbed) healthCheck(component string, ports Ports) (func(context.Conte
 		return httpHealth("http", ports.AgentMetrics, "/readyz"), nil
 	case kubeRayComponent:
 		return httpHealth("http", ports.KubeRayHealthz, "/readyz"), nil
+	case karpenterComponent:
+		return httpHealth("http", ports.KarpenterHealthz, "/healthz"), nil
 	}
 	return nil, fmt.Errorf("no health check for %q", component)
 }

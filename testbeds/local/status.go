@@ -31,15 +31,19 @@ var (
 		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
 		"vc-scheduler", "vc-controller-manager", "gpulab-agent",
 	}
-	optionalComponents = []string{kubeRayComponent}
+	optionalComponents = []string{kubeRayComponent, karpenterComponent}
 )
 
 // components are this testbed's processes: the base ones and those of the
 // features it was started with.
 func (t *Testbed) components() []string {
 	out := slices.Clone(baseComponents)
-	if t.features().KubeRay {
+	f := t.features()
+	if f.KubeRay {
 		out = append(out, kubeRayComponent)
+	}
+	if f.Autoscaler == AutoscalerKarpenter {
+		out = append(out, karpenterComponent)
 	}
 	return out
 }
@@ -67,6 +71,9 @@ type Status struct {
 	// KubeRay says whether the testbed runs KubeRay's operator
 	// (Options.KubeRay).
 	KubeRay bool
+	// Autoscaler is the node autoscaler it runs (Options.Autoscaler; ""
+	// or AutoscalerNone: none).
+	Autoscaler string
 	// APIError is why the API could not be read, if it could not.
 	APIError error
 }
@@ -92,7 +99,8 @@ func (t *Testbed) Status(ctx context.Context) (*Status, error) {
 	if _, err := os.Stat(t.Workdir()); err != nil {
 		return nil, fmt.Errorf("testbed %q is not up (no %s): run `make testbed-up`", t.opts.Name, t.Workdir())
 	}
-	s := &Status{Name: t.opts.Name, Kubeconfig: t.Kubeconfig(), Components: t.Components(), KubeRay: t.features().KubeRay}
+	s := &Status{Name: t.opts.Name, Kubeconfig: t.Kubeconfig(), Components: t.Components(), KubeRay: t.features().KubeRay,
+		Autoscaler: t.features().Autoscaler}
 	if ports, err := readPorts(t.stateDir()); err == nil {
 		s.Ports = ports
 	}
@@ -142,8 +150,8 @@ func (t *Testbed) deadComponents() error {
 
 // WaitReady waits until every process runs, every fake node is Ready with its
 // GPUs allocatable and its GPUInventory published, the default queue is
-// Open and, in a testbed with KubeRay, the operator answers its readiness
-// probe. A process that dies fails the wait at once, naming its log.
+// Open and, in a testbed with KubeRay (Karpenter), the operator (the
+// provider) answers its readiness probe. A process that dies fails the wait at once, naming its log.
 func (t *Testbed) WaitReady(ctx context.Context) error {
 	c, err := t.Client()
 	if err != nil {
@@ -156,6 +164,14 @@ func (t *Testbed) WaitReady(ctx context.Context) error {
 			return fmt.Errorf("reading the testbed's ports: %w", err)
 		}
 		kubeRayReady = httpHealth("http", ports.KubeRayHealthz, "/readyz")
+	}
+	var karpenterReady func(context.Context) error
+	if t.features().Autoscaler == AutoscalerKarpenter {
+		ports, err := readPorts(t.stateDir())
+		if err != nil {
+			return fmt.Errorf("reading the testbed's ports: %w", err)
+		}
+		karpenterReady = httpHealth("http", ports.KarpenterHealthz, "/readyz")
 	}
 	want := map[string]int64{}
 	for _, n := range t.opts.Fleet.Nodes() {
@@ -213,6 +229,12 @@ func (t *Testbed) WaitReady(ctx context.Context) error {
 		if kubeRayReady != nil {
 			if err := kubeRayReady(ctx); err != nil {
 				waiting = "KubeRay's operator to be ready: " + err.Error()
+				return false, nil
+			}
+		}
+		if karpenterReady != nil {
+			if err := karpenterReady(ctx); err != nil {
+				waiting = "Karpenter to be ready: " + err.Error()
 				return false, nil
 			}
 		}

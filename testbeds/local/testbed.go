@@ -70,6 +70,16 @@ type Options struct {
 	// gpulab operator gets.
 	KubeRayQPS   float64
 	KubeRayBurst int
+	// Autoscaler is the node autoscaler the testbed runs, one of
+	// Autoscalers: AutoscalerNone (the default; "" means it) or
+	// AutoscalerKarpenter, Karpenter's kwok provider
+	// (binaries.KarpenterVersion) with a NodePool of the GPU profiles'
+	// instance types, whose nodes kwok runs and the agent simulates like
+	// the fleet's.
+	Autoscaler string
+	// AutoscalerMaxGPUs caps the nvidia.com/gpu the autoscaler may add (the
+	// NodePool's limits). Defaults to DefaultAutoscalerMaxGPUs.
+	AutoscalerMaxGPUs int
 }
 
 // DefaultName is the testbed name when Options.Name is empty.
@@ -147,6 +157,18 @@ func New(opts Options) (*Testbed, error) {
 	if opts.KubeRayVersion, err = binaries.ResolveKubeRayVersion(opts.KubeRayVersion); err != nil {
 		return nil, err
 	}
+	if opts.Autoscaler == "" {
+		opts.Autoscaler = AutoscalerNone
+	}
+	if err := ValidateAutoscaler(opts.Autoscaler); err != nil {
+		return nil, err
+	}
+	if opts.AutoscalerMaxGPUs == 0 {
+		opts.AutoscalerMaxGPUs = DefaultAutoscalerMaxGPUs
+	}
+	if opts.AutoscalerMaxGPUs < 0 {
+		return nil, fmt.Errorf("the autoscaler's GPU limit must be positive, got %d", opts.AutoscalerMaxGPUs)
+	}
 	if opts.KubeRayReconcileConcurrency < 0 || opts.KubeRayQPS < 0 || opts.KubeRayBurst < 0 {
 		return nil, fmt.Errorf("KubeRay's reconcile concurrency, QPS and burst must not be negative, got %d, %v, %d",
 			opts.KubeRayReconcileConcurrency, opts.KubeRayQPS, opts.KubeRayBurst)
@@ -186,7 +208,9 @@ func (t *Testbed) stateDir() string {
 
 // Up builds what is missing, starts the cluster and waits until the fleet's
 // nodes are Ready with their GPUInventory, Volcano runs and its default
-// queue is Open (and, with Options.KubeRay, KubeRay's operator is ready).
+// queue is Open (and, with Options.KubeRay, KubeRay's operator is ready;
+// with Options.Autoscaler AutoscalerKarpenter, Karpenter's provider is,
+// with its NodePool).
 func (t *Testbed) Up(ctx context.Context) (err error) {
 	if err := t.check(); err != nil {
 		return err
@@ -230,6 +254,12 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	var karpenterBin *binaries.Karpenter
+	if t.opts.Autoscaler == AutoscalerKarpenter {
+		if karpenterBin, err = binaries.EnsureKarpenter(ctx, bopts); err != nil {
+			return err
+		}
+	}
 
 	start := time.Now()
 	// A half-started cluster is worse than none: tear it down on failure,
@@ -269,7 +299,11 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 		kuberay = &kubeRaySetup{kubeconfig: t.Kubeconfig(), ports: ports, reconcileConcurrency: t.opts.KubeRayReconcileConcurrency,
 			qps: t.opts.KubeRayQPS, burst: t.opts.KubeRayBurst}
 	}
-	if err := t.createCluster(ctx, bins, volcano, kuberay, agent); err != nil {
+	var karpenter *karpenterSetup
+	if karpenterBin != nil {
+		karpenter = newKarpenterSetup(t.stateDir(), t.Kubeconfig(), ports, karpenterBin)
+	}
+	if err := t.createCluster(ctx, bins, volcano, kuberay, karpenter, agent); err != nil {
 		return err
 	}
 	t.recordIdentities()
@@ -314,6 +348,13 @@ func (t *Testbed) Up(ctx context.Context) (err error) {
 	}
 	if err := createNodes(ctx, c, t.opts.Fleet.Nodes()); err != nil {
 		return err
+	}
+	if karpenter != nil {
+		// After the fleet's nodes: Karpenter counts them as capacity
+		// before it adds any.
+		if err := t.startKarpenter(ctx, c, bins, ports, karpenter); err != nil {
+			return err
+		}
 	}
 	if err := t.WaitReady(ctx); err != nil {
 		return err

@@ -243,14 +243,23 @@ type Versions struct {
 	// started with Options.KubeRay (KubeRayRuns).
 	KubeRay     string
 	KubeRayRuns bool
+	// Karpenter is the Karpenter release whose kwok provider runs, in a
+	// testbed started with Options.Autoscaler AutoscalerKarpenter; else
+	// empty.
+	Karpenter string
 }
 
-// String is "Volcano v1.14.1" or "Volcano v1.14.1, KubeRay v1.6.2".
+// String is "Volcano v1.14.1" or "Volcano v1.14.1, KubeRay v1.6.2" (and
+// ", Karpenter v1.15.0" when it runs).
 func (v Versions) String() string {
-	if !v.KubeRayRuns {
-		return "Volcano " + v.Volcano
+	s := "Volcano " + v.Volcano
+	if v.KubeRayRuns {
+		s += ", KubeRay " + v.KubeRay
 	}
-	return "Volcano " + v.Volcano + ", KubeRay " + v.KubeRay
+	if v.Karpenter != "" {
+		s += ", Karpenter " + v.Karpenter
+	}
+	return s
 }
 
 // Versions are the versions the testbed runs, as recorded when it came up
@@ -258,5 +267,9 @@ func (v Versions) String() string {
 // not up.
 func (t *Testbed) Versions() Versions {
 	f := t.features()
-	return Versions{Volcano: f.VolcanoVersion, KubeRay: f.KubeRayVersion, KubeRayRuns: f.KubeRay}
+	v := Versions{Volcano: f.VolcanoVersion, KubeRay: f.KubeRayVersion, KubeRayRuns: f.KubeRay}
+	if f.Autoscaler == AutoscalerKarpenter {
+		v.Karpenter = binaries.KarpenterVersion
+	}
+	return v
 }

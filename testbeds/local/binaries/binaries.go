@@ -424,9 +424,12 @@ type moduleInfo struct {
 	Error string
 }
 
-func (b *builder) download(ctx context.Context, path, version string) (*moduleInfo, error) {
+// download fetches a module version; env is added to the go command's
+// environment (a module that asks for a newer Go needs its GOTOOLCHAIN).
+func (b *builder) download(ctx context.Context, path, version string, env ...string) (*moduleInfo, error) {
 	cmd := exec.CommandContext(ctx, b.opts.GoBinary, "mod", "download", "-json", path+"@"+version)
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Dir = os.TempDir()
 	out, err := cmd.Output()
 	var info moduleInfo

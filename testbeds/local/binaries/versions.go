@@ -70,3 +70,13 @@ func sortedVersions[R any](releases map[string]R) []string {
 		return cmp.Or(semver.Compare(a, b), strings.Compare(a, b))
 	})
 }
+
+// KarpenterVersion is the sigs.k8s.io/karpenter release whose kwok provider
+// (sigs.k8s.io/karpenter/kwok) a testbed runs with --autoscaler=karpenter;
+// its CRDs are read from the same module version. Its go.mod asks for Go
+// 1.26.9, newer than this repository's, so it alone builds with
+// KarpenterGoToolchain.
+const (
+	KarpenterVersion     = "v1.15.0"
+	KarpenterGoToolchain = "go1.27.3"
+)

@@ -121,9 +121,10 @@ func dependentGoMod(ctx context.Context, b *builder, name, module, version strin
 	return dependentGoModFrom(name, module, version, file, data, overrides)
 }
 
-// goModOf returns the path and content of a module version's go.mod.
-func (b *builder) goModOf(ctx context.Context, module, version string) (string, []byte, error) {
-	info, err := b.download(ctx, module, version)
+// goModOf returns the path and content of a module version's go.mod; env
+// is download's.
+func (b *builder) goModOf(ctx context.Context, module, version string, env ...string) (string, []byte, error) {
+	info, err := b.download(ctx, module, version, env...)
 	if err != nil {
 		return "", nil, err
 	}

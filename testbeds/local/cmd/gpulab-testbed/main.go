@@ -25,6 +25,7 @@ const usage = `usage: gpulab-testbed <command> [flags]
 commands:
   build    build the testbed binaries from the Go module proxy (cached)
   up       start the testbed and wait until it is ready (--kuberay: with KubeRay;
+           --autoscaler=karpenter: with Karpenter's kwok provider adding GPU nodes;
            --volcano-version, --kuberay-version: which releases)
   down     stop the testbed and remove its state
   status   show the testbed's processes, nodes and queue
@@ -68,6 +69,10 @@ func run(ctx context.Context, args []string) error {
 	kuberayConcurrency := fs.Int("kuberay-reconcile-concurrency", 0, "up --kuberay: the operator's --reconcile-concurrency (0: KubeRay's default, 1)")
 	kuberayQPS := fs.Float64("kuberay-qps", 0, "up --kuberay: the operator's client --qps (0: KubeRay's default)")
 	kuberayBurst := fs.Int("kuberay-burst", 0, "up --kuberay: the operator's client --burst (0: KubeRay's default)")
+	autoscaler := fs.String("autoscaler", local.AutoscalerNone, "build: also build it; up: the node autoscaler to run, one of "+
+		strings.Join(local.Autoscalers(), ", ")+" ("+local.AutoscalerKarpenter+": Karpenter "+binaries.KarpenterVersion+
+		"'s kwok provider, adding GPU nodes of the testbed's profiles for pending pods)")
+	autoscalerMaxGPUs := fs.Int("autoscaler-max-gpus", local.DefaultAutoscalerMaxGPUs, "up --autoscaler=karpenter: the most nvidia.com/gpu its NodePool may add (its limits)")
 	if len(args) == 0 {
 		fs.Usage()
 		return errors.New("missing command")
@@ -109,9 +114,16 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--kuberay-reconcile-concurrency, --kuberay-qps and --kuberay-burst must not be negative, got %d, %v, %d",
 			*kuberayConcurrency, *kuberayQPS, *kuberayBurst)
 	}
+	if err := local.ValidateAutoscaler(*autoscaler); err != nil {
+		return fmt.Errorf("--autoscaler: %w", err)
+	}
+	if *autoscalerMaxGPUs <= 0 {
+		return fmt.Errorf("--autoscaler-max-gpus must be positive, got %d", *autoscalerMaxGPUs)
+	}
 	tb, err := local.New(local.Options{
 		Name: *name, CacheDir: *cache, Fleet: fleet, Log: os.Stdout, ReadyTimeout: *timeout, VolcanoVersion: *volcanoVersion,
 		NativeGangs: *nativeGangs, DRA: *dra, KubeRay: *kuberay, KubeRayVersion: *kuberayVersion, KubeRayReconcileConcurrency: *kuberayConcurrency, KubeRayQPS: *kuberayQPS, KubeRayBurst: *kuberayBurst,
+		Autoscaler: *autoscaler, AutoscalerMaxGPUs: *autoscalerMaxGPUs,
 	})
 	if err != nil {
 		return err
@@ -129,6 +141,11 @@ func run(ctx context.Context, args []string) error {
 		}
 		if *monitoring {
 			if _, err := binaries.EnsureMonitoring(ctx, opts); err != nil {
+				return err
+			}
+		}
+		if *autoscaler == local.AutoscalerKarpenter {
+			if _, err := binaries.EnsureKarpenter(ctx, opts); err != nil {
 				return err
 			}
 		}
@@ -182,6 +199,10 @@ func printStatus(ctx context.Context, tb *local.Testbed) error {
 		s.Ports.SchedulerMetrics, s.Ports.SchedulerHealthz, s.Ports.ControllerManagerHealthz, s.Ports.AgentMetrics)
 	if s.KubeRay {
 		fmt.Printf("kuberay: ray-operator metrics http://127.0.0.1:%d/metrics, healthz :%d\n", s.Ports.KubeRayMetrics, s.Ports.KubeRayHealthz)
+	}
+	if s.Autoscaler == local.AutoscalerKarpenter {
+		fmt.Printf("karpenter: karpenter-kwok metrics http://127.0.0.1:%d/metrics, healthz :%d; NodePool %s\n",
+			s.Ports.KarpenterMetrics, s.Ports.KarpenterHealthz, local.KarpenterNodePool)
 	}
 	if s.APIError != nil {
 		return fmt.Errorf("API server unreachable: %w", s.APIError)

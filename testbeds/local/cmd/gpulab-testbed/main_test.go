@@ -107,3 +107,27 @@ func TestRefusesUnknownVersions(t *testing.T) {
 		t.Errorf("the cache was touched (%v)", err)
 	}
 }
+
+// TestRefusesUnknownAutoscalers: --autoscaler takes none or karpenter only
+// (cluster-autoscaler cannot be built from the module proxy), and a GPU
+// limit must be positive; both are refused before the cache is touched.
+func TestRefusesUnknownAutoscalers(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	os.Unsetenv("TESTBED_NAME")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"up", "--autoscaler=cluster-autoscaler"}, "none, karpenter"},
+		{[]string{"build", "--autoscaler="}, "none, karpenter"},
+		{[]string{"up", "--autoscaler=karpenter", "--autoscaler-max-gpus=0"}, "--autoscaler-max-gpus must be positive"},
+	} {
+		err := run(t.Context(), append(slices.Clone(tc.args), "--cache-dir="+cache))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("gpulab-testbed %v: %v, want an error mentioning %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(cache); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cache was touched (%v)", err)
+	}
+}
