@@ -16,6 +16,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/version"
+	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
 	"github.com/gpulab/gpulab/operator/internal/manager"
 )
 
@@ -27,6 +28,8 @@ func main() {
 	var burst int
 	flag.IntVar(&opts.ReconcileConcurrency, "reconcile-concurrency", manager.DefaultReconcileConcurrency, "GPUClusters reconciled in parallel")
 	flag.DurationVar(&opts.ReconcileTimeout, "reconcile-timeout", 0, "bound on one reconcile (default 1m)")
+	flag.DurationVar(&opts.FirstStatusDelay, "first-status-delay", gpucluster.DefaultFirstStatusDelay,
+		"how long a new GPUCluster's first status waits while it only says the gang is on its way (verdicts and Ready are written at once; 0 keeps the default)")
 	flag.StringVar(&namespaces, "watch-namespace", "", "comma-separated namespaces to watch (empty: all)")
 	flag.BoolVar(&opts.LeaderElect, "leader-elect", inCluster, "elect a leader among replicas (default on in-cluster)")
 	flag.StringVar(&opts.AgentLeaseNamespace, "agent-lease-namespace", gpulabv1alpha1.DefaultHeartbeatLeaseNamespace,

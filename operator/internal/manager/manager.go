@@ -125,6 +125,9 @@ func (o *Options) Validate() error {
 	if o.ReconcileTimeout == 0 {
 		o.ReconcileTimeout = time.Minute
 	}
+	if o.FirstStatusDelay < 0 {
+		errs = append(errs, fmt.Errorf("--first-status-delay must not be negative, got %s", o.FirstStatusDelay))
+	}
 	if o.ReconcileTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--reconcile-timeout must be positive, got %s", o.ReconcileTimeout))
 	}
