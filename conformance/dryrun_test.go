@@ -102,6 +102,7 @@ func printPlan(w io.Writer, where string, nodes []footprint.Node) {
 		{"inventory", "reads GPUInventories, nodes and per-GPU series; XID injection on the local profile only"},
 		{"job", fmt.Sprintf("2 GPUJobs of %s %s%s", shape(1, footprint.JobWorkers(room, jobQueued()), node), jobLimit(), needs(whole >= 1, "a whole free node"))},
 	}
+	lines = append(lines, struct{ feature, what string }{"autoscaling", ascPlan()})
 	if opts.RealGPUs {
 		lines = append(lines, struct{ feature, what string }{"accelerators", fmt.Sprintf("nvidia-smi pods on each of the %d pool nodes, one node at a time", len(pool))})
 	}
@@ -119,6 +120,10 @@ func printRequirements(ctx context.Context, w io.Writer, nodes []footprint.Node)
 		Ask: opts.Ask(), Profile: opts.Profile, Disruptive: opts.Disruptive, Prometheus: opts.PrometheusURL != "",
 		WholeFreeNodes: footprint.RoomOf(footprint.Pool(nodes, opts.MaxGPUs)).Whole,
 		GPULab:         true, DeviceClass: opts.DeviceClass,
+		MaxNewNodes: opts.MaxNewNodes,
+	}
+	if !opts.NoAutoscaler() {
+		in.Autoscaler = opts.Autoscaler
 	}
 	if cluster != nil {
 		in.GPULab = cluster.HasGPULab
@@ -126,6 +131,11 @@ func printRequirements(ctx context.Context, w io.Writer, nodes []footprint.Node)
 		// allowed to look) means the dra feature would skip.
 		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: opts.DeviceClass}, &resourceapi.DeviceClass{}); err != nil {
 			in.DeviceClass = ""
+		}
+		if found := findAutoscaler(ctx); found.name != "none" {
+			in.Autoscaler = found.name
+		} else {
+			in.Autoscaler = ""
 		}
 	}
 	fmt.Fprintln(w, "\nrequirements (asked ones this run cannot evidence make it PARTIAL; --requirements narrows what is asked):")

@@ -85,7 +85,7 @@ func TestMain(m *testing.M) {
 	// which would panic instead, is only a backstop (cli.BackstopGrace).
 	ctx, stopDeadline := o.Deadline(ctx)
 	run.Environment = withSuiteVersion(results.Environment{Profile: o.Profile, Scale: o.Scale, ClusterName: o.ClusterName})
-	run.Requested = results.Requested(o.Ask())
+	run.Requested, run.Unavailable = results.Requested(o.Ask()), results.Unavailable(o.Ask())
 	run.RequirementsSelected = o.Requirements != nil
 	cfg := envconf.New()
 	// An empty regexp would match every name: set only the filters given.
@@ -110,6 +110,7 @@ func TestMain(m *testing.M) {
 			OutDir: filepath.Join(out, "logs"), OperatorBinary: o.OperatorBinary, Keep: o.Keep, Log: os.Stdout,
 			TestbedName: o.TestbedName, OperatorNamespace: o.OperatorNamespace, Workload: o.Workload, OperatorMetricsURL: o.OperatorMetricsURL,
 			ClientQPS: o.ClientQPS, NativeGangs: o.Scheduler == "kubernetes", DRAGangs: o.GPUAllocation == "dra", DeviceClass: o.DeviceClass,
+			Autoscaler: localAutoscaler(),
 		})
 		if err != nil {
 			setupErr = fmt.Errorf("profile %s: %w", o.Profile, err)
@@ -128,6 +129,7 @@ func TestMain(m *testing.M) {
 		if setupErr = setupFootprint(ctx); setupErr != nil {
 			return ctx, setupErr
 		}
+		resolveAutoscaler(ctx)
 		return ctx, nil
 	})
 	testenv.BeforeEachFeature(beforeFeature)

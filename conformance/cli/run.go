@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -78,6 +79,23 @@ type RunOptions struct {
 	RuntimeClass                               string
 	// VolcanoNamespace holds Volcano's scheduler ConfigMap.
 	VolcanoNamespace string
+
+	// Autoscaler is the cluster's node autoscaler, for the autoscaling
+	// feature: auto (Karpenter where its NodePools are served, else none;
+	// the suite resolves it at setup), karpenter, cluster-autoscaler or
+	// none. On the local profile karpenter starts the testbed with
+	// Karpenter; auto there is none.
+	Autoscaler string
+	// NodePool is the Karpenter NodePool the autoscaling feature grows
+	// (default: the only one with an nvidia.com/gpu limit; on local the
+	// testbed's).
+	NodePool string
+	// MaxNewNodes is the most nodes the autoscaling feature may make a
+	// cluster add at once (--profile=cluster; 0 refuses the feature).
+	MaxNewNodes int
+	// MaxExtraNodes is how many nodes beyond a gang's need a scale-up may
+	// add before it fails (default 0).
+	MaxExtraNodes int
 
 	// Requirements is --requirements (requirements.go); nil asks for all.
 	Requirements requirementsValue
@@ -161,11 +179,15 @@ func runFlags(o *RunOptions) []runFlag {
 		{"what to test", "device-class", "DeviceClass of GPUs the dra feature claims (Dynamic Resource Allocation): gpu.gpulab.io (gpulab's agent) or gpu.nvidia.com (NVIDIA's DRA driver)", str(&o.DeviceClass, draclass.DriverName)},
 		{"what to test", "gpu-allocation", "how the gangs ask for their GPUs: extended-resource (nvidia.com/gpu) or dra (each pod claims its GPUs from --device-class through Dynamic Resource Allocation; --workload=gpucluster)", str(&o.GPUAllocation, "extended-resource")},
 		{"what to test", "workload", "the gangs to measure: gpucluster (gpulab), raycluster (KubeRay), vcjob (Volcano Job) or bare (the suite creates what gpulab's operator would, with no operator: the floor)", str(&o.Workload, "gpucluster")},
-		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators)", str(&o.Features, "")},
+		{"what to test", "feature", "only features matching this regexp (latency, gang, controller, inventory, job, accelerators, dra, autoscaling)", str(&o.Features, "")},
 		{"what to test", "skip-feature", "skip features matching this regexp", str(&o.SkipFeatures, "")},
 		{"what to test", "assess", "only assessments matching this regexp", str(&o.Assess, "")},
 		{"what to test", "skip-assess", "skip assessments matching this regexp", str(&o.SkipAssess, "")},
 		{"what to test", "requirements", requirementsUsage, &o.Requirements},
+		{"what to test", "autoscaler", "the cluster's node autoscaler, for the autoscaling feature: auto (Karpenter where its NodePools are served, else none), karpenter, cluster-autoscaler or none (the feature is skipped, saying so); on --profile=local, karpenter starts the testbed with Karpenter", str(&o.Autoscaler, "auto")},
+		{"what to test", "nodepool", "autoscaling: the Karpenter NodePool to grow (default: the only one with an nvidia.com/gpu limit; local: the testbed's)", str(&o.NodePool, "")},
+		{"what to test", "max-new-nodes", "autoscaling on --profile=cluster: the most nodes the run may make the autoscaler add (default 0: the feature is refused; it also needs --disruptive)", (*intValue)(setInt(&o.MaxNewNodes, 0))},
+		{"what to test", "max-extra-nodes", "autoscaling: nodes a scale-up may add beyond what the gang lacks before it fails", (*intValue)(setInt(&o.MaxExtraNodes, 0))},
 		{"what to test", "scale", "latency: clusters created at once (1 head + 2 workers x 4 GPUs); sizes the local fleet", (*intValue)(setInt(&o.Scale, 100))},
 		{"what to test", "wait-window", "how long a gang that cannot fit is watched for bound pods", dur(&o.WaitWindow, 10*time.Second)},
 		{"what to test", "ready-timeout", "how long a gang that fits may take to be Ready", dur(&o.ReadyTimeout, 2*time.Minute)},
@@ -326,6 +348,9 @@ func (o *RunOptions) validate(set map[string]bool) error {
 	if msgs := validation.IsDNS1123Subdomain(o.DeviceClass); len(msgs) > 0 {
 		return fmt.Errorf("--device-class=%q: not a DeviceClass name: %s", o.DeviceClass, strings.Join(msgs, "; "))
 	}
+	if err := o.validateAutoscaler(); err != nil {
+		return err
+	}
 	if o.ClientQPS < 1 {
 		return fmt.Errorf("--client-qps must be at least 1, got %d", o.ClientQPS)
 	}
@@ -396,6 +421,36 @@ func (o *RunOptions) validate(set map[string]bool) error {
 		o.PerfData = dir
 	}
 	return nil
+}
+
+// Autoscalers are --autoscaler's values.
+var Autoscalers = []string{"auto", "karpenter", "cluster-autoscaler", "none"}
+
+func (o *RunOptions) validateAutoscaler() error {
+	if !slices.Contains(Autoscalers, o.Autoscaler) {
+		return fmt.Errorf("--autoscaler=%q: want %s", o.Autoscaler, strings.Join(Autoscalers, ", "))
+	}
+	switch {
+	case o.Profile != "cluster" && o.Autoscaler == "cluster-autoscaler":
+		return fmt.Errorf("--autoscaler=cluster-autoscaler: the %s testbed cannot run it (the local testbed runs karpenter)", o.Profile)
+	case o.Profile == "kind" && o.Autoscaler == "karpenter":
+		return errors.New("--autoscaler=karpenter: the kind testbed runs no autoscaler (the local testbed does: --profile=local)")
+	case o.MaxNewNodes < 0 || o.MaxExtraNodes < 0:
+		return fmt.Errorf("--max-new-nodes and --max-extra-nodes must not be negative, got %d and %d", o.MaxNewNodes, o.MaxExtraNodes)
+	}
+	if o.NodePool != "" {
+		if msgs := validation.IsDNS1123Subdomain(o.NodePool); len(msgs) > 0 {
+			return fmt.Errorf("--nodepool=%q: not a NodePool name: %s", o.NodePool, strings.Join(msgs, "; "))
+		}
+	}
+	return nil
+}
+
+// NoAutoscaler says the run knows, from its flags, that its cluster has no
+// node autoscaler: none, or auto on a testbed (which runs one only when
+// told). auto on a cluster is resolved at setup.
+func (o *RunOptions) NoAutoscaler() bool {
+	return o.Autoscaler == "none" || (o.Profile != "cluster" && o.Autoscaler == "auto")
 }
 
 // validatePrometheusFiles reads --prometheus-url's token and CA files now,
@@ -559,5 +614,6 @@ func (o *RunOptions) Ask() results.Ask {
 	return results.Ask{
 		Filtered: o.Features != "" || o.SkipFeatures != "" || o.Assess != "" || o.SkipAssess != "",
 		MockGPUs: o.Profile != "cluster", RealGPUs: o.RealGPUs, NoDRA: o.Profile == "kind", Requirements: o.Requirements,
+		NoAutoscaler: o.NoAutoscaler(),
 	}
 }

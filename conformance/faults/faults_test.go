@@ -6,6 +6,7 @@
 package faults
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -352,4 +353,67 @@ func tail(b []byte) string {
 		s = s[len(s)-3000:]
 	}
 	return s
+}
+
+// autoscalingScaleUp is the autoscaling feature's scale-up, on a cluster
+// whose nodes are two DGX H100s outside Karpenter's 16-GPU NodePool.
+var autoscalingScaleUp = []string{"--feature=^autoscaling$", "--assess=a gang larger than the free nodes", "--autoscaler=karpenter",
+	"--nodepool=" + local.KarpenterNodePool, "--disruptive", "--max-new-nodes=2", "--ready-timeout=30s"}
+
+// TestPlantedMinMemberFailsAutoscaling: with a PodGroup minMember below
+// the gang (the operator's wrong-minmember fault), a gang waiting for the
+// nodes Karpenter adds is bound partly (its head at once, its workers as
+// nodes come), and the autoscaling feature must fail for it; with no fault
+// planted the same assessment passes.
+func TestPlantedMinMemberFailsAutoscaling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite on the local testbed with Karpenter; skipped with -short")
+	}
+	build(t)
+	tmp := t.TempDir()
+	fleet, err := local.ParseFleet("dgx-h100=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := localtest.Start(t, local.Options{Name: "gpulab-faults-asc", Fleet: fleet, Autoscaler: local.AutoscalerKarpenter})
+	for _, fault := range []string{"wrong-minmember", ""} {
+		name := cmp.Or(fault, "no-fault")
+		t.Run(name, func(t *testing.T) {
+			op, err := profile.StartOperator(t.Context(), profile.OperatorOptions{Name: "operator-asc-" + name,
+				Binary: operator, Kubeconfig: tb.Kubeconfig(), LogDir: tmp, Env: []string{"GPULAB_PLANTED_FAULT=" + fault}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := op.Stop(); err != nil {
+					t.Errorf("stopping the operator: %v", err)
+				}
+			}()
+			out := filepath.Join(tmp, name)
+			cmd := exec.Command(suite, append([]string{"run", "--profile=cluster", "--kubeconfig=" + tb.Kubeconfig(),
+				"--operator-namespace=default", "--max-gpus=all", "--out=" + out}, autoscalingScaleUp...)...)
+			cmd.Dir = root
+			log, err := cmd.CombinedOutput()
+			r, readErr := results.Read(filepath.Join(out, "results.json"))
+			if readErr != nil {
+				t.Fatalf("suite exited %d without results (%v):\n%s", exitCode(err), readErr, tail(log))
+			}
+			if fault == "" {
+				if err != nil || r.Verdict != results.VerdictPassed {
+					t.Fatalf("no fault planted: verdict %s, exit %d; want PASSED:\n%s\n%s", r.Verdict, exitCode(err), r.Markdown(), tail(log))
+				}
+				return
+			}
+			found := false
+			for _, f := range r.Features {
+				for _, m := range f.Messages() {
+					found = found || strings.Contains(m, "partly bound")
+				}
+			}
+			if r.Verdict != results.VerdictFailed || exitCode(err) != results.ExitFailed || !found {
+				t.Errorf("minMember below the gang: verdict %s, exit %d, partly bound named %v; want FAILED for a partly bound gang:\n%s\n%s",
+					r.Verdict, exitCode(err), found, r.Markdown(), tail(log))
+			}
+		})
+	}
 }

@@ -86,6 +86,26 @@ type Options struct {
 	TestbedName string
 	// Log receives progress lines.
 	Log io.Writer
+	// Autoscaler is the local testbed's node autoscaler (local.Autoscalers:
+	// none, the default, or karpenter, for the autoscaling feature).
+	Autoscaler string
+	// AutoscalerMaxGPUs is the testbed NodePool's nvidia.com/gpu limit.
+	// Default LocalAutoscalerMaxGPUs of the fleet.
+	AutoscalerMaxGPUs int
+}
+
+// LocalAutoscalerMaxGPUs is the local NodePool's limit: two of the fleet's
+// largest nodes. The autoscaling feature grows by at most two nodes, and a
+// gang one node larger than the limit is one no NodePool can ever fit.
+func LocalAutoscalerMaxGPUs(fleet local.Fleet) int {
+	largest := 0
+	for _, e := range fleet {
+		largest = max(largest, e.Profile.GPUs)
+	}
+	if largest == 0 {
+		return local.DefaultAutoscalerMaxGPUs
+	}
+	return 2 * largest
 }
 
 // Environment is a prepared cluster.
@@ -169,6 +189,16 @@ func localVolcanoVersion(opts Options) string {
 	return ""
 }
 
+func localAutoscalerMaxGPUs(opts Options, fleet local.Fleet) int {
+	if opts.Autoscaler != local.AutoscalerKarpenter {
+		return 0
+	}
+	if opts.AutoscalerMaxGPUs > 0 {
+		return opts.AutoscalerMaxGPUs
+	}
+	return LocalAutoscalerMaxGPUs(fleet)
+}
+
 func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 	fleet, err := LocalFleet(opts)
 	if err != nil {
@@ -189,7 +219,8 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		KubeRayQPS: OperatorQPS, KubeRayBurst: OperatorBurst,
 		// The dra feature's devices: the agent publishes them beside the
 		// nodes' nvidia.com/gpu, which the other features ask for.
-		DRA: true})
+		DRA:        true,
+		Autoscaler: opts.Autoscaler, AutoscalerMaxGPUs: localAutoscalerMaxGPUs(opts, fleet)})
 	if err != nil {
 		return nil, err
 	}

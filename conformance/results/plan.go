@@ -19,6 +19,15 @@ type PlanInput struct {
 	// DeviceClass names --device-class when the cluster serves it, ""
 	// when it does not (or DRA is not served at all).
 	DeviceClass string
+	// Autoscaler is the node autoscaler the run found or was told
+	// (karpenter, cluster-autoscaler), "" for none.
+	Autoscaler string
+	// MaxNewNodes is --max-new-nodes: the nodes the autoscaling feature
+	// may make the cluster add (0 refuses it on a cluster).
+	MaxNewNodes int
+	// NewNodesNeeded is how many nodes the autoscaling feature would add
+	// (its largest gang's lack); 0 when unknown.
+	NewNodesNeeded int
 }
 
 // RequirementPlan is --dry-run's word on one requirement: whether the run
@@ -84,6 +93,8 @@ func PlanRequirements(in PlanInput) []RequirementPlan {
 			case onCluster && in.DeviceClass == "":
 				p.Missing = "the cluster serves no DeviceClass of --device-class (a DRA driver publishing it)"
 			}
+		case RequirementClusterAutoscaling:
+			p.Missing = autoscalingMissing(in, onCluster)
 		case RequirementNone:
 			if in.Profile != "local" {
 				p.Missing = "the XID check runs only on --profile=local"
@@ -92,4 +103,23 @@ func PlanRequirements(in PlanInput) []RequirementPlan {
 		out = append(out, p)
 	}
 	return out
+}
+
+// autoscalingMissing is what keeps the autoscaling feature from
+// evidencing cluster_autoscaling: an autoscaler, and on a cluster
+// --disruptive and a --max-new-nodes budget for the nodes it would add.
+func autoscalingMissing(in PlanInput, onCluster bool) string {
+	switch {
+	case in.Autoscaler == "" && in.Profile == "local":
+		return "the local testbed runs no autoscaler unless asked: --autoscaler=karpenter starts Karpenter"
+	case in.Autoscaler == "":
+		return "no node autoscaler found (Karpenter NodePools) or named (--autoscaler=karpenter|cluster-autoscaler)"
+	case onCluster && !in.Disruptive:
+		return "it makes the cluster add and remove nodes: needs --disruptive"
+	case onCluster && in.MaxNewNodes < 1:
+		return "it makes the cluster add nodes: needs a --max-new-nodes budget"
+	case onCluster && in.NewNodesNeeded > in.MaxNewNodes:
+		return fmt.Sprintf("its gangs need %d new nodes, --max-new-nodes is %d", in.NewNodesNeeded, in.MaxNewNodes)
+	}
+	return ""
 }

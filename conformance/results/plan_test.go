@@ -25,6 +25,7 @@ func TestPlanRequirements(t *testing.T) {
 		RequirementAcceleratorMetrics:      "--prometheus-url",
 		RequirementSecureAcceleratorAccess: "--real-gpus",
 		RequirementDRASupport:              "DeviceClass",
+		RequirementClusterAutoscaling:      "no node autoscaler",
 		RequirementNone:                    "--profile=local",
 	} {
 		if got := missing(bare)[r]; !strings.Contains(got, want) {
@@ -41,12 +42,12 @@ func TestPlanRequirements(t *testing.T) {
 	}
 
 	full := PlanRequirements(PlanInput{Profile: "cluster", GPULab: true, WholeFreeNodes: 2, Disruptive: true, Prometheus: true,
-		DeviceClass: "gpu.gpulab.io", Ask: Ask{RealGPUs: true}})
+		DeviceClass: "gpu.gpulab.io", Ask: Ask{RealGPUs: true}, Autoscaler: "karpenter", MaxNewNodes: 2, NewNodesNeeded: 2})
 	if m := missing(full); len(m) != 1 || m[RequirementNone] == "" {
 		t.Errorf("a cluster run with every flag lacks %v, want only the local-only XID check", m)
 	}
 
-	local := PlanRequirements(PlanInput{Profile: "local", GPULab: true, WholeFreeNodes: 4, Disruptive: true, Ask: Ask{MockGPUs: true}})
+	local := PlanRequirements(PlanInput{Profile: "local", GPULab: true, WholeFreeNodes: 4, Disruptive: true, Ask: Ask{MockGPUs: true}, Autoscaler: "karpenter"})
 	for _, p := range local {
 		if p.Requirement == RequirementSecureAcceleratorAccess {
 			if p.Asked {
@@ -54,6 +55,23 @@ func TestPlanRequirements(t *testing.T) {
 			}
 		} else if p.Missing != "" {
 			t.Errorf("local: %s lacks %q", p.Requirement, p.Missing)
+		}
+	}
+
+	// The autoscaling feature on a cluster: an autoscaler, --disruptive and
+	// a --max-new-nodes budget that covers its gangs.
+	for _, tc := range []struct {
+		in   PlanInput
+		want string
+	}{
+		{PlanInput{Profile: "local", Ask: Ask{NoAutoscaler: true}}, "--autoscaler=karpenter"},
+		{PlanInput{Profile: "cluster", Autoscaler: "karpenter", MaxNewNodes: 2}, "--disruptive"},
+		{PlanInput{Profile: "cluster", Autoscaler: "karpenter", Disruptive: true}, "--max-new-nodes budget"},
+		{PlanInput{Profile: "cluster", Autoscaler: "karpenter", Disruptive: true, MaxNewNodes: 1, NewNodesNeeded: 2}, "need 2 new nodes, --max-new-nodes is 1"},
+		{PlanInput{Profile: "cluster", Autoscaler: "cluster-autoscaler", Disruptive: true, MaxNewNodes: 2, NewNodesNeeded: 2}, ""},
+	} {
+		if got := missing(PlanRequirements(tc.in))[RequirementClusterAutoscaling]; (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: cluster_autoscaling lacks %q, want %q", tc.in, got, tc.want)
 		}
 	}
 

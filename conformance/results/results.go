@@ -38,8 +38,12 @@ type Results struct {
 	// RequirementsSelected says Requested is a --requirements selection:
 	// then only failures, and skips in assessments that evidence a
 	// selected requirement, decide the verdict (SelectedVerdict).
-	RequirementsSelected bool          `json:"requirementsSelected,omitempty"`
-	Measurements         []Measurement `json:"measurements"`
+	RequirementsSelected bool `json:"requirementsSelected,omitempty"`
+	// Unavailable are requirements this cluster has nothing to show for
+	// (Unavailable: cluster_autoscaling without an autoscaler); their
+	// skipped assessments are reported and do not decide the verdict.
+	Unavailable  []Requirement `json:"unavailableRequirements,omitempty"`
+	Measurements []Measurement `json:"measurements"`
 	// Warnings are what a reader of the numbers should know that is no
 	// verdict: the run shared the cluster (--allow-concurrent), or lost its
 	// run lock on the way.

@@ -152,10 +152,39 @@ func SelectedVerdict(fs []Feature, requested ...Requirement) Verdict {
 // RunVerdict is the run's verdict: SelectedVerdict for a --requirements
 // run, else the package's RunVerdict.
 func (r *Results) RunVerdict() Verdict {
-	if r.RequirementsSelected {
-		return SelectedVerdict(r.Features, r.Requested...)
+	fs := withoutUnavailable(r.Features, r.Unavailable)
+	if len(fs) == 0 && len(r.Features) > 0 {
+		// Everything it ran has nothing to show on this cluster.
+		return VerdictPartial
 	}
-	return RunVerdict(r.Features, r.Requested...)
+	if r.RequirementsSelected {
+		return SelectedVerdict(fs, r.Requested...)
+	}
+	return RunVerdict(fs, r.Requested...)
+}
+
+// withoutUnavailable drops the skipped assessments that evidence an
+// unavailable requirement (and features left with none): a cluster
+// without an autoscaler is not PARTIAL for the autoscaling feature it
+// cannot run. Run and failed ones stay.
+func withoutUnavailable(fs []Feature, unavailable []Requirement) []Feature {
+	if len(unavailable) == 0 {
+		return fs
+	}
+	var kept []Feature
+	for _, f := range fs {
+		var as []Assessment
+		for _, a := range f.Assessments {
+			if a.Status != StatusSkipped || !slices.Contains(unavailable, a.Requirement) {
+				as = append(as, a)
+			}
+		}
+		if len(as) > 0 {
+			f.Assessments = as
+			kept = append(kept, f)
+		}
+	}
+	return kept
 }
 
 // Ask is what a run is asked to evidence, from its options.
@@ -173,6 +202,10 @@ type Ask struct {
 	// kubelets would need the agent as a kubelet plugin): it cannot show
 	// dra_support.
 	NoDRA bool
+	// NoAutoscaler is a cluster with no node autoscaler (--autoscaler=none,
+	// or auto that found none; the local testbed unless it was started
+	// with Karpenter): it cannot show cluster_autoscaling.
+	NoAutoscaler bool
 	// Requirements is --requirements: the run asks for these only (none
 	// stands for gpulab's own checks), whatever else it is.
 	Requirements []Requirement
@@ -196,9 +229,24 @@ func Requested(a Ask) []Requirement {
 		if info.ID == RequirementDRASupport && a.NoDRA {
 			continue
 		}
+		if info.ID == RequirementClusterAutoscaling && a.NoAutoscaler {
+			continue
+		}
 		out = append(out, info.ID)
 	}
 	return out
+}
+
+// Unavailable are the requirements the run's cluster has nothing to show
+// for: cluster_autoscaling without an autoscaler. Their assessments are
+// reported skipped, with the reason, and leave the verdict alone unless
+// they are all the run did (then it is PARTIAL: it tested nothing) or
+// --requirements asked for one of them.
+func Unavailable(a Ask) []Requirement {
+	if a.NoAutoscaler && !slices.Contains(a.Requirements, RequirementClusterAutoscaling) {
+		return []Requirement{RequirementClusterAutoscaling}
+	}
+	return nil
 }
 
 // Requirement is a CNCF Kubernetes AI conformance checklist id an
@@ -212,6 +260,7 @@ const (
 	RequirementRobustController        Requirement = "robust_controller"
 	RequirementSecureAcceleratorAccess Requirement = "secure_accelerator_access"
 	RequirementDRASupport              Requirement = "dra_support"
+	RequirementClusterAutoscaling      Requirement = "cluster_autoscaling"
 	RequirementNone                    Requirement = "none"
 )
 
@@ -230,6 +279,7 @@ var Requirements = []RequirementInfo{
 	{RequirementRobustController, "KAR-0063", "an AI operator (CRDs, validation, reconciliation) that survives restarts and failover"},
 	{RequirementSecureAcceleratorAccess, "", "a pod sees only the accelerators allocated to it"},
 	{RequirementDRASupport, "KAR-0051", "accelerators allocated through Dynamic Resource Allocation (resource.k8s.io/v1)"},
+	{RequirementClusterAutoscaling, "KAR-0055", "a cluster autoscaler adds accelerator nodes a pending gang needs, no more, and removes them once idle"},
 }
 
 // KnownRequirement says whether r is a checklist id or RequirementNone.

@@ -156,6 +156,7 @@ func TestKAREvidence(t *testing.T) {
 		RequirementRobustController:        {StatusFailed, "KAR-0063", 2},
 		RequirementSecureAcceleratorAccess: {StatusNotTested, "", 0},
 		RequirementDRASupport:              {StatusNotTested, "KAR-0051", 0},
+		RequirementClusterAutoscaling:      {StatusNotTested, "KAR-0055", 0},
 	}
 	if len(ev) != len(want) {
 		t.Fatalf("%d requirements, want %d (none is not one): %+v", len(ev), len(want), ev)
@@ -378,10 +379,11 @@ func TestRequested(t *testing.T) {
 		ask  Ask
 		want []Requirement
 	}{
-		{Ask{}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess, RequirementDRASupport}},
-		{Ask{MockGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementDRASupport}},
-		{Ask{MockGPUs: true, NoDRA: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController}},
-		{Ask{MockGPUs: true, RealGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess, RequirementDRASupport}},
+		{Ask{}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess, RequirementDRASupport, RequirementClusterAutoscaling}},
+		{Ask{MockGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementDRASupport, RequirementClusterAutoscaling}},
+		{Ask{MockGPUs: true, NoDRA: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementClusterAutoscaling}},
+		{Ask{MockGPUs: true, RealGPUs: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementSecureAcceleratorAccess, RequirementDRASupport, RequirementClusterAutoscaling}},
+		{Ask{MockGPUs: true, NoAutoscaler: true}, []Requirement{RequirementGangScheduling, RequirementAcceleratorMetrics, RequirementRobustController, RequirementDRASupport}},
 		{Ask{Filtered: true}, nil},
 	} {
 		if got := Requested(tc.ask); !slices.Equal(got, tc.want) {
@@ -436,5 +438,35 @@ func TestSelectedVerdict(t *testing.T) {
 	}
 	if got := Requested(Ask{Filtered: true, Requirements: []Requirement{RequirementNone}}); !slices.Equal(got, []Requirement{RequirementNone}) {
 		t.Errorf("Requested with --requirements = %v, want the selection", got)
+	}
+}
+
+// A cluster without an autoscaler reports the autoscaling feature skipped
+// and is not PARTIAL for it; a run of that feature alone tested nothing
+// (PARTIAL), and --requirements=cluster_autoscaling keeps it asked.
+func TestUnavailableRequirement(t *testing.T) {
+	skipped := Feature{Name: "autoscaling", Assessments: []Assessment{{Name: "up", Requirement: RequirementClusterAutoscaling, Status: StatusSkipped, Reason: "no node autoscaler"}}}
+	gang := Feature{Name: "gang", Assessments: []Assessment{{Name: "fits", Requirement: RequirementGangScheduling, Status: StatusPassed}}}
+	ask := Ask{MockGPUs: true, NoAutoscaler: true}
+	r := &Results{Features: []Feature{gang, skipped}, Requested: []Requirement{RequirementGangScheduling}, Unavailable: Unavailable(ask)}
+	if v := r.RunVerdict(); v != VerdictPassed {
+		t.Errorf("no autoscaler, the rest passed: %s, want PASSED", v)
+	}
+	r.Features = []Feature{skipped}
+	if v := r.RunVerdict(); v != VerdictPartial {
+		t.Errorf("only the skipped autoscaling feature: %s, want PARTIAL", v)
+	}
+	failed := skipped
+	failed.Assessments = []Assessment{{Name: "up", Requirement: RequirementClusterAutoscaling, Status: StatusFailed}}
+	r.Features = []Feature{gang, failed}
+	if v := r.RunVerdict(); v != VerdictFailed {
+		t.Errorf("a failed autoscaling assessment: %s, want FAILED", v)
+	}
+	asked := Ask{NoAutoscaler: true, Requirements: []Requirement{RequirementClusterAutoscaling}}
+	if u := Unavailable(asked); u != nil {
+		t.Errorf("--requirements=cluster_autoscaling: unavailable %v, want none", u)
+	}
+	if u := Unavailable(Ask{}); u != nil {
+		t.Errorf("with an autoscaler: unavailable %v", u)
 	}
 }

@@ -1,0 +1,188 @@
+// Package autoscale is the autoscaling feature's arithmetic, apart from
+// any cluster: what a Karpenter NodePool allows (its GPU limit, what it
+// holds, how soon it consolidates), how large the feature's gangs are, and
+// how many nodes a scale-up added beyond the gang's need. The feature
+// (conformance/autoscaling_test.go) reads the cluster; this package judges.
+package autoscale
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Karpenter's kinds, read as unstructured: the suite does not depend on
+// Karpenter's Go module.
+var (
+	NodePoolKind  = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}
+	NodeClaimKind = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"}
+)
+
+// NodePoolLabel is the label Karpenter puts on the nodes (and NodeClaims)
+// of a NodePool: karpenter.sh/nodepool=<name>.
+const NodePoolLabel = "karpenter.sh/nodepool"
+
+// DoNotDisrupt is the pod annotation that keeps Karpenter's consolidation
+// from evicting a pod (gpulab's operator puts it on every member).
+const DoNotDisrupt = "karpenter.sh/do-not-disrupt"
+
+// GPUResource is the extended resource a NodePool limits.
+const GPUResource = "nvidia.com/gpu"
+
+// Pool is what the feature reads of a NodePool.
+type Pool struct {
+	Name string
+	// LimitGPUs is spec.limits' nvidia.com/gpu; negative: no limit.
+	LimitGPUs int64
+	// UsedGPUs is status.resources' nvidia.com/gpu: what its nodes hold.
+	UsedGPUs int64
+	// ConsolidateAfter is spec.disruption.consolidateAfter; negative:
+	// Never (the NodePool never removes a node for being empty).
+	ConsolidateAfter time.Duration
+}
+
+// PoolOf reads a NodePool.
+func PoolOf(np *unstructured.Unstructured) (Pool, error) {
+	p := Pool{Name: np.GetName(), LimitGPUs: -1}
+	if q, ok, err := quantity(np.Object, "spec", "limits", GPUResource); err != nil {
+		return p, fmt.Errorf("NodePool %s: spec.limits: %w", p.Name, err)
+	} else if ok {
+		p.LimitGPUs = q
+	}
+	if q, ok, err := quantity(np.Object, "status", "resources", GPUResource); err != nil {
+		return p, fmt.Errorf("NodePool %s: status.resources: %w", p.Name, err)
+	} else if ok {
+		p.UsedGPUs = q
+	}
+	after, _, _ := unstructured.NestedString(np.Object, "spec", "disruption", "consolidateAfter")
+	d, err := ParseConsolidateAfter(after)
+	if err != nil {
+		return p, fmt.Errorf("NodePool %s: %w", p.Name, err)
+	}
+	p.ConsolidateAfter = d
+	return p, nil
+}
+
+// ParseConsolidateAfter reads spec.disruption.consolidateAfter: a Go
+// duration, or Never (negative). Karpenter's API makes it required; an
+// empty one is read as 0s, its default in the CRD.
+func ParseConsolidateAfter(s string) (time.Duration, error) {
+	switch s {
+	case "Never":
+		return -1, nil
+	case "":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("consolidateAfter %q is neither a duration nor Never", s)
+	}
+	return d, nil
+}
+
+func quantity(obj map[string]any, path ...string) (int64, bool, error) {
+	s, ok, err := unstructured.NestedFieldNoCopy(obj, path...)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	var text string
+	switch v := s.(type) {
+	case string:
+		text = v
+	case int64:
+		return v, true, nil
+	case float64:
+		return int64(v), true, nil
+	default:
+		return 0, false, fmt.Errorf("%v is not a quantity", s)
+	}
+	q, err := resource.ParseQuantity(text)
+	if err != nil {
+		return 0, false, err
+	}
+	return q.Value(), true, nil
+}
+
+// RoomNodes is how many more whole nodes of nodeGPUs GPUs the pool's limit
+// lets it add (unlimited is reported as max).
+func (p Pool) RoomNodes(nodeGPUs, most int) int {
+	if nodeGPUs <= 0 {
+		return 0
+	}
+	if p.LimitGPUs < 0 {
+		return most
+	}
+	return min(int(max(p.LimitGPUs-p.UsedGPUs, 0))/nodeGPUs, most)
+}
+
+// RoomGPUs is the GPUs the pool's limit leaves, or -1 with no limit.
+func (p Pool) RoomGPUs() int64 {
+	if p.LimitGPUs < 0 {
+		return -1
+	}
+	return max(p.LimitGPUs-p.UsedGPUs, 0)
+}
+
+// MaxScaleUp is how many nodes a scale-up gang asks the autoscaler for at
+// most: two show it adds several at once, and keep a real cluster's bill
+// small.
+const MaxScaleUp = 2
+
+// ScaleUp sizes the scale-up gang: its workers each take a whole node, so
+// it asks for the free whole nodes it may use plus new ones, as many as
+// the pool's room, the run's budget (budget < 0: none) and MaxScaleUp
+// allow. newNodes is 0 when none may be added (the scenario cannot run).
+func ScaleUp(freeWhole, roomNodes, budget int) (workers, newNodes int) {
+	newNodes = min(MaxScaleUp, roomNodes)
+	if budget >= 0 {
+		newNodes = min(newNodes, budget)
+	}
+	newNodes = max(newNodes, 0)
+	return freeWhole + newNodes, newNodes
+}
+
+// TooBig sizes the gang no NodePool can fit, in whole-node workers of
+// nodeGPUs: one node more than the free whole nodes it may use and all the
+// pool's room, and also more GPUs than every matching node's free GPUs and
+// the room together (what gpulab's operator judges a gang by: it does not
+// read the pods' node affinity). roomGPUs < 0 (no limit) cannot be
+// exceeded: 0.
+func TooBig(freeWhole int, roomGPUs, clusterFreeGPUs int64, nodeGPUs int) int {
+	if roomGPUs < 0 || nodeGPUs <= 0 {
+		return 0
+	}
+	g := int64(nodeGPUs)
+	byPool := int64(freeWhole) + roomGPUs/g + 1
+	byCluster := (clusterFreeGPUs+roomGPUs)/g + 1
+	return int(max(byPool, byCluster))
+}
+
+// ExtraNodes counts the nodes a scale-up added that hold none of the
+// gang's pods once it is bound: what the autoscaler over-provisioned.
+func ExtraNodes(added []string, holding map[string]bool) int {
+	n := 0
+	for _, node := range added {
+		if !holding[node] {
+			n++
+		}
+	}
+	return n
+}
+
+// ScaleDownMargin is how long past a NodePool's consolidateAfter its empty
+// nodes may take to go: Karpenter's disruption loop (every 10 s), its
+// validation wait before acting (15 s) and the node's drain and delete.
+const ScaleDownMargin = 60 * time.Second
+
+// ScaleDownWindow is how long after a gang's deletion the nodes added for
+// it must be gone: consolidateAfter plus ScaleDownMargin. A NodePool that
+// never consolidates (negative) has none: ok is false.
+func ScaleDownWindow(consolidateAfter time.Duration) (window time.Duration, ok bool) {
+	if consolidateAfter < 0 {
+		return 0, false
+	}
+	return consolidateAfter + ScaleDownMargin, true
+}
