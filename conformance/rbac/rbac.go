@@ -73,6 +73,8 @@ func Rules() []Rule {
 		{"resource.k8s.io", "resourceslices", []string{"list"}, "the devices the class selects, by node-local pool", nil},
 		{"resource.k8s.io", "resourceclaims", []string{"get", "list", "watch"}, "which devices claims hold: none may be held twice, watched the whole run", nil},
 		{"resource.k8s.io", "resourceclaimtemplates", manage, "the dra feature's claims, one template per pod", nil},
+		{"karpenter.sh", "nodepools", []string{"get", "list"}, "the autoscaling feature: which NodePool may add GPU nodes, its limits and consolidateAfter", nil},
+		{"karpenter.sh", "nodeclaims", []string{"list"}, "the autoscaling feature: the nodes Karpenter is adding, before they register", nil},
 		{"apiextensions.k8s.io", "customresourcedefinitions", []string{"get"}, "which of gpulab's, Volcano's and KubeRay's APIs the cluster serves", nil},
 		{"apps", "deployments", []string{"list"}, "KubeRay's operator and its --batch-scheduler flag (listed by name)", []string{KubeRayDeployment}},
 		{"coordination.k8s.io", "leases", []string{"get", "create", "update", "delete"},
