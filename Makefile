@@ -292,15 +292,15 @@ testbed-binaries: $(TESTBED) ## Build etcd, Kubernetes, kwok and Volcano (VOLCAN
 testbed-binaries-kuberay: $(TESTBED) ## testbed-binaries and KubeRay's operator.
 	$(TESTBED) build --kuberay
 
-# Not part of testbed-binaries-all: it takes minutes on 2 cores and a Go
-# toolchain download of its own, and only --autoscaler=karpenter runs it.
+# A Go toolchain download of its own and minutes on 2 cores; make test
+# needs it (the testbed's and the autoscaling feature's tests).
 .PHONY: testbed-binaries-karpenter
 testbed-binaries-karpenter: $(TESTBED) ## testbed-binaries and Karpenter's kwok provider (for TESTBED_AUTOSCALER=karpenter).
 	$(TESTBED) build --autoscaler=karpenter
 
 .PHONY: testbed-binaries-all
-testbed-binaries-all: $(TESTBED) ## testbed-binaries, KubeRay's operator, Prometheus, promtool and the Pushgateway (what `make test` needs).
-	$(TESTBED) build --kuberay --monitoring
+testbed-binaries-all: $(TESTBED) ## testbed-binaries, KubeRay's operator, Karpenter's kwok provider, Prometheus, promtool and the Pushgateway (what `make test` needs).
+	$(TESTBED) build --kuberay --monitoring --autoscaler=karpenter
 
 .PHONY: testbed-up
 testbed-up: $(TESTBED) ## Start the local testbed (TESTBED_NODES=dgx-h100=4; TESTBED_KUBERAY=1 adds KubeRay's operator; TESTBED_NATIVE_GANGS=1 turns on Kubernetes' own gangs; TESTBED_AUTOSCALER=karpenter adds Karpenter; VOLCANO_VERSION, KUBERAY_VERSION) and print its kubeconfig.
