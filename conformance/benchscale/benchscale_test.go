@@ -10,24 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/results"
 )
-
-func TestParseStat(t *testing.T) {
-	// The command name holds a space and a parenthesis, as a process may
-	// name itself.
-	line := "4242 (kube api) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 1234 567 0 0 20 0 12 0 100 1000000 2000 18446744073709551615"
-	got, ok := parseStat(line)
-	if !ok || got != 18.01 {
-		t.Fatalf("parseStat = %v, %v; want 18.01 s (1234+567 ticks)", got, ok)
-	}
-	if _, ok := parseStat("4242 (short) S 1 2"); ok {
-		t.Error("a truncated stat line parsed")
-	}
-	if s, ok := ProcessCPU(os.Getpid()); !ok || s < 0 {
-		t.Errorf("own process CPU = %v, %v", s, ok)
-	}
-}
 
 func point(n int, ready99, rss float64) Point {
 	return Point{N: n, Nodes: n + n/4 + 3, CPUSeconds: map[string]float64{"gpulab-operator": 2.5, "kube-apiserver": 9},
@@ -107,7 +92,7 @@ func TestPlotLogAxis(t *testing.T) {
 }
 
 func TestOptionsRejectBadInput(t *testing.T) {
-	for _, o := range []Options{{Scales: []int{0}, Suite: "s", Operator: "o", Out: "d"}, {Suite: "s"}} {
+	for _, o := range []Options{{Scales: []int{0}, Options: bench.Options{Suite: "s", Operator: "o", Out: "d"}}, {Options: bench.Options{Suite: "s"}}} {
 		if err := o.defaults(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -151,7 +136,7 @@ func TestReadPointsFromSavedScales(t *testing.T) {
 			if err := writeJSON(filepath.Join(sub, cpuSecondsFile), p.CPUSeconds); err != nil {
 				t.Fatal(err)
 			}
-			if err := writeJSON(filepath.Join(sub, burstFile), CPUWindow{Seconds: 3, MachineSeconds: 6}); err != nil {
+			if err := writeJSON(filepath.Join(sub, burstFile), bench.CPUWindow{Seconds: 3, MachineSeconds: 6}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -167,48 +152,6 @@ func TestReadPointsFromSavedScales(t *testing.T) {
 	}
 	if _, err := ReadPoints(t.TempDir()); err == nil {
 		t.Error("an empty directory read as a report")
-	}
-}
-
-func TestParseMachineStat(t *testing.T) {
-	// user nice system idle iowait irq softirq steal guest guest_nice
-	busy, total, ok := parseMachineStat("cpu  100 5 50 800 20 3 2 0 40 0")
-	if !ok || busy != 1.6 || total != 9.8 {
-		t.Fatalf("parseMachineStat = %v, %v, %v; want 1.6 s busy (guest is inside user) of 9.8 s", busy, total, ok)
-	}
-	for _, bad := range []string{"cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 x 4 5 6 7 8", "cpu 1 2 3"} {
-		if _, _, ok := parseMachineStat(bad); ok {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-	if busy, total, ok := machineCPU(); !ok || busy <= 0 || total < busy {
-		t.Errorf("this machine's CPU = %v busy of %v, %v", busy, total, ok)
-	}
-}
-
-// The burst is widened to the samples around it, and a process that was
-// not sampled at both ends has no share.
-func TestWindowOfSamples(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	sample := func(s int, busy float64, procs map[string]float64) cpuSample {
-		return cpuSample{At: t0.Add(time.Duration(s) * time.Second), Procs: procs, Busy: busy, Total: 2 * float64(s)}
-	}
-	samples := []cpuSample{
-		sample(0, 0, map[string]float64{"api": 0}),
-		sample(1, 1, map[string]float64{"api": 0.5}),
-		sample(2, 2.5, map[string]float64{"api": 1.5, "suite": 0.1}),
-		sample(3, 4.5, map[string]float64{"api": 2.5, "suite": 0.3}),
-		sample(4, 5, map[string]float64{"api": 2.6, "suite": 0.4}),
-	}
-	b, ok := windowOf(samples, t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond))
-	if !ok || b.Seconds != 2 || b.MachineSeconds != 4 || b.Idle != 0.125 || b.CPUSeconds["api"] != 2 {
-		t.Fatalf("burst = %+v, %v; want samples 1 to 3: 2 s, 4 machine-s, 12.5%% idle, api 2 s", b, ok)
-	}
-	if _, ok := b.CPUSeconds["suite"]; ok {
-		t.Errorf("a process first sampled inside the window has a share: %v", b.CPUSeconds)
-	}
-	if _, ok := windowOf(samples, t0.Add(time.Second), t0.Add(5*time.Second)); ok {
-		t.Error("a window that outlasts the samples has a burst")
 	}
 }
 
@@ -232,8 +175,8 @@ func TestLatencyWindow(t *testing.T) {
 
 func TestBurstTable(t *testing.T) {
 	p := point(100, 10, 1)
-	p.Burst = &CPUWindow{Seconds: 10, MachineSeconds: 20, Idle: 0.05, CPUSeconds: map[string]float64{"kube-apiserver": 11, "gpulab-operator": 1}}
-	p.AtRest = &CPUWindow{Seconds: 10, MachineSeconds: 20, Idle: 0.8, CPUSeconds: map[string]float64{"kube-apiserver": 3}}
+	p.Burst = &bench.CPUWindow{Seconds: 10, MachineSeconds: 20, Idle: 0.05, CPUSeconds: map[string]float64{"kube-apiserver": 11, "gpulab-operator": 1}}
+	p.AtRest = &bench.CPUWindow{Seconds: 10, MachineSeconds: 20, Idle: 0.8, CPUSeconds: map[string]float64{"kube-apiserver": 3}}
 	report := Markdown([]Point{point(10, 1, 1), p})
 	for _, want := range []string{"| N gangs | window s | idle | busy CPU s/gang | gpulab-operator | kube-apiserver |",
 		"| 100 | 10.0 | 5% | 0.19 | 5% | 55% |", "| 100, at rest | 10.0 | 80% | - | - | 15% |"} {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -127,7 +128,7 @@ type procRow struct {
 }
 
 // windowRow renders a CPU window of n gangs (0: none, no per-gang cell).
-func windowRow(label string, n int, b *CPUWindow) procRow {
+func windowRow(label string, n int, b *bench.CPUWindow) procRow {
 	perGang := "-"
 	if n > 0 {
 		perGang = fmt.Sprintf("%.2f", b.MachineSeconds*(1-b.Idle)/float64(n))

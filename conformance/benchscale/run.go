@@ -3,8 +3,9 @@
 // pprof on, measures N gangs created at once with the suite's latency
 // feature, and records the CPU every testbed process spent, the operator's
 // CPU, heap and block profiles, the API server's CPU profile and what it
-// served, and the suite's results. Report renders the tables and one SVG
-// plot per metric against N.
+// served, and the suite's results, on the benchmarks' harness
+// (conformance/bench). Report renders the tables and one SVG plot per
+// metric against N.
 package benchscale
 
 import (
@@ -12,13 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/testbeds/local"
@@ -27,41 +28,27 @@ import (
 // DefaultScales are the gang counts `make bench-scale` measures.
 var DefaultScales = []int{10, 100, 300, 1000}
 
+// DefaultTestbedName names the testbeds unless Options say otherwise.
+const DefaultTestbedName = "gpulab-bench-scale"
+
 // Options configures a scaling run.
 type Options struct {
+	// Options are the binaries, the testbeds' name (default
+	// DefaultTestbedName) and the log; Out receives n-<N>/ per scale
+	// (results, profiles, logs), report.md and the plots.
+	bench.Options
 	// Scales are the gang counts, one testbed each (default DefaultScales).
 	Scales []int
-	// Suite and Operator are the gpulab-conformance and gpulab-operator
-	// binaries (required).
-	Suite, Operator string
-	// Out receives n-<N>/ per scale (results, profiles, logs), report.md
-	// and the plots (required).
-	Out string
-	// TestbedName names the testbeds (default gpulab-bench-scale).
-	TestbedName string
-	// Log receives progress and the suite's output (default io.Discard).
-	Log io.Writer
 }
 
 func (o *Options) defaults() error {
 	if len(o.Scales) == 0 {
 		o.Scales = DefaultScales
 	}
-	if o.TestbedName == "" {
-		o.TestbedName = "gpulab-bench-scale"
+	if err := bench.CheckScales(o.Scales); err != nil {
+		return err
 	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
-	for _, n := range o.Scales {
-		if n < 1 {
-			return fmt.Errorf("every scale must be at least 1, got %d", n)
-		}
-	}
-	if o.Suite == "" || o.Operator == "" || o.Out == "" {
-		return errors.New("the suite and operator binaries and an output directory are required")
-	}
-	return nil
+	return o.Defaults(DefaultTestbedName)
 }
 
 // Point is one scale's measurements.
@@ -78,7 +65,7 @@ type Point struct {
 	// Burst is the CPU spent while the gangs came up (nil where the run
 	// recorded no window), and AtRest the testbed's before the run, with
 	// its nodes, leases and inventories but no gangs.
-	Burst, AtRest *CPUWindow
+	Burst, AtRest *bench.CPUWindow
 }
 
 // cpuSampleInterval is how often the CPU is sampled during the suite's
@@ -91,8 +78,8 @@ const atRestWindow = 10 * time.Second
 // atRest samples the CPU of the testbed with nothing to do but keep its
 // nodes, leases and inventories: the share of the machine the burst
 // cannot have.
-func atRest(ctx context.Context, procs map[string]int) (*CPUWindow, error) {
-	sampler := sampleCPU(procs, cpuSampleInterval)
+func atRest(ctx context.Context, procs map[string]int) (*bench.CPUWindow, error) {
+	sampler := bench.SampleCPU(procs, cpuSampleInterval)
 	timer := time.NewTimer(atRestWindow)
 	defer timer.Stop()
 	select {
@@ -101,9 +88,9 @@ func atRest(ctx context.Context, procs map[string]int) (*CPUWindow, error) {
 	}
 	samples := sampler.Stop()
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sampling the testbed at rest: %w", err)
 	}
-	b, ok := windowOf(samples, samples[0].At, samples[len(samples)-1].At)
+	b, ok := bench.WindowOf(samples, samples[0].At, samples[len(samples)-1].At)
 	if !ok {
 		return nil, errors.New("no CPU samples at rest")
 	}
@@ -162,49 +149,31 @@ func Run(ctx context.Context, opts Options) ([]Point, error) {
 
 func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	out := filepath.Join(opts.Out, fmt.Sprintf("n-%d", n))
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, err
-	}
 	fleet, err := profile.LocalFleet(profile.Options{Scale: n})
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(opts.Log, "bench-scale: N=%d on %d nodes\n", n, len(fleet.Nodes()))
-	tb, err := local.New(local.Options{Name: opts.TestbedName, Fleet: fleet, Log: opts.Log, ReadyTimeout: 10 * time.Minute})
+	bed, err := opts.Up(ctx, bench.BedOptions{Scale: n, Testbed: local.Options{Fleet: fleet, ReadyTimeout: 10 * time.Minute},
+		Operator: profile.OperatorOptions{LogDir: out, Pprof: true}})
 	if err != nil {
 		return nil, err
 	}
-	if err := tb.Up(ctx); err != nil {
-		return nil, errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
-	}
-	defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
-	// One operator, without leader election: at 1,000 gangs the saturated
-	// API server answered a lease renewal after its deadline, and a leader
-	// that cannot renew exits, as it should. Throughput, not failover, is
-	// measured here.
-	op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator", Binary: opts.Operator,
-		Kubeconfig: tb.Kubeconfig(), LogDir: out, Pprof: true, SoleReplica: true})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = op.Stop() }()
-	c, err := tb.Client()
+	defer func() { _ = bed.Down(ctx) }()
+	op := bed.Operator
+	c, err := bed.Testbed.Client()
 	if err != nil {
 		return nil, err
 	}
 	if err := warmUp(ctx, c); err != nil {
 		return nil, err
 	}
-	procs, err := processes(ctx, tb, op)
-	if err != nil {
-		return nil, err
-	}
-
+	procs := bed.Processes()
 	rest, err := atRest(ctx, procs)
 	if err != nil {
 		return nil, err
 	}
-	api, err := newAPIServer(tb)
+	api, err := newAPIServer(bed.Testbed)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +181,6 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	if err != nil {
 		return nil, err
 	}
-	before := cpuSeconds(procs)
 	// The CPU profiles cover the burst: setup, creation, binding and
 	// readiness take well under this at every scale measured.
 	cpuProfiles := make(chan error, 2)
@@ -222,53 +190,33 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	go func() {
 		cpuProfiles <- api.cpuProfile(ctx, profileSeconds(n), filepath.Join(out, "kube-apiserver.cpu.pprof"))
 	}()
-	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: tb.Kubeconfig(), Workload: "gpucluster", Scale: n,
-		OperatorMetricsURL: op.MetricsURL(), Out: out, ClusterName: opts.TestbedName, Extra: []string{"--timeout=60m", "--ready-timeout=" + readyTimeout(n).String()}}.Command(ctx)
-	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
 	peakCtx, stopPeak := context.WithCancel(ctx)
 	peakHeap := make(chan error, 1)
 	go func() { peakHeap <- heapAtPeak(peakCtx, op, n, filepath.Join(out, peakHeapFile)) }()
-	if err := cmd.Start(); err != nil {
-		stopPeak()
-		return nil, fmt.Errorf("starting the suite: %w", err)
-	}
-	sampled := maps.Clone(procs)
-	sampled[suiteProcess] = cmd.Process.Pid
-	sampler := sampleCPU(sampled, cpuSampleInterval)
-	runErr := cmd.Wait()
-	samples := sampler.Stop()
+	run, err := bed.RunSuite(ctx, bench.SuiteRun{Out: out, OperatorMetricsURL: op.MetricsURL(), CPU: procs, SampleEvery: cpuSampleInterval,
+		Extra: []string{"--timeout=60m", "--ready-timeout=" + readyTimeout(n).String()}})
 	stopPeak()
-	after := cpuSeconds(procs)
+	if run == nil {
+		return nil, err
+	}
 	requestsAfter, requestsErr := api.requests(ctx)
 	var profErrs []error
 	for _, p := range []string{"heap", "block", "mutex"} {
 		profErrs = append(profErrs, fetch(ctx, op.PprofURL()+p, filepath.Join(out, p+".pprof")))
 	}
 	profErrs = append(profErrs, <-cpuProfiles, <-cpuProfiles, <-peakHeap, requestsErr)
-
-	r, readErr := results.Read(filepath.Join(out, "results.json"))
-	if readErr != nil {
-		return nil, errors.Join(runErr, readErr)
+	if err != nil { // the results could not be read
+		return nil, err
 	}
-	p := &Point{N: n, Nodes: len(fleet.Nodes()), Results: r, CPUSeconds: map[string]float64{}, AtRest: rest}
+	p := &Point{N: n, Nodes: bed.Nodes, Results: run.Results, CPUSeconds: run.CPUSeconds, AtRest: rest}
 	profErrs = append(profErrs, writeJSON(filepath.Join(out, atRestFile), rest))
 	if requestsErr == nil {
 		p.APIRequests = delta(requestsBefore, requestsAfter)
 		profErrs = append(profErrs, writeJSON(filepath.Join(out, apiRequestsFile), p.APIRequests))
 	}
-	for name := range procs {
-		// A process that exited during the run (a component that lost its
-		// lease) has no total to subtract from.
-		if end, ok := after[name]; ok {
-			p.CPUSeconds[name] = end - before[name]
-		}
-	}
-	if st := cmd.ProcessState; st != nil {
-		p.CPUSeconds[suiteProcess] = (st.UserTime() + st.SystemTime()).Seconds()
-	}
 	profErrs = append(profErrs, writeJSON(filepath.Join(out, cpuSecondsFile), p.CPUSeconds))
-	if from, to, ok := latencyWindow(r); ok {
-		if b, ok := windowOf(samples, from, to); ok {
+	if from, to, ok := latencyWindow(run.Results); ok {
+		if b, ok := bench.WindowOf(run.Samples, from, to); ok {
 			p.Burst = &b
 			profErrs = append(profErrs, writeJSON(filepath.Join(out, burstFile), b))
 		}
@@ -276,8 +224,8 @@ func runScale(ctx context.Context, opts Options, n int) (*Point, error) {
 	if err := errors.Join(profErrs...); err != nil {
 		fmt.Fprintf(opts.Log, "bench-scale: N=%d: a profile is missing: %v\n", n, err)
 	}
-	if runErr != nil {
-		return p, fmt.Errorf("the suite's run: %w", runErr)
+	if run.Err != nil {
+		return p, fmt.Errorf("the suite's run: %w", run.Err)
 	}
 	return p, nil
 }
@@ -294,21 +242,6 @@ func readyTimeout(n int) time.Duration {
 // setup plus the burst, measured at about 10 s + 0.1 s per gang here.
 func profileSeconds(n int) int {
 	return min(20+n/5, 600)
-}
-
-// processes maps the names of the processes to measure to their pids.
-func processes(ctx context.Context, tb *local.Testbed, op *profile.OperatorProcess) (map[string]int, error) {
-	st, err := tb.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	procs := map[string]int{"gpulab-operator": op.PID()}
-	for _, c := range st.Components {
-		if c.Running {
-			procs[c.Name] = c.PID
-		}
-	}
-	return procs, nil
 }
 
 // fetch saves url's body to path.

@@ -360,31 +360,3 @@ func (o *OperatorProcess) PID() int {
 	}
 	return o.cmd.Process.Pid
 }
-
-// LatencyRun is one run of the suite's burst assessment against an
-// operator on a testbed the caller made, as the benchmarks run it.
-type LatencyRun struct {
-	Suite, Kubeconfig, Workload, OperatorMetricsURL, Out, ClusterName string
-	Scale                                                             int
-	// Features, when set, runs these features (a --feature pattern) with
-	// all their assessments instead of the latency feature's burst only.
-	Features string
-	// Extra are further flags (e.g. --timeout).
-	Extra []string
-}
-
-// Command is the suite's command line for the run: the latency feature's
-// "clusters created at once" only (or every assessment of Features),
-// every GPU of the testbed, the suite's own client at 500 QPS so the
-// burst goes out at once.
-func (r LatencyRun) Command(ctx context.Context) *exec.Cmd {
-	features := []string{"--feature=^latency$", "--assess=clusters created at once"}
-	if r.Features != "" {
-		features = []string{"--feature=" + r.Features}
-	}
-	args := append([]string{"run", "--profile=cluster", "--kubeconfig=" + r.Kubeconfig, "--workload=" + r.Workload}, features...)
-	args = append(args, "--scale="+strconv.Itoa(r.Scale),
-		"--max-gpus=all", "--operator-namespace=default", "--operator-metrics-url="+r.OperatorMetricsURL, "--out="+r.Out,
-		"--cluster-name="+r.ClusterName, "--client-qps=500")
-	return exec.CommandContext(ctx, r.Suite, append(args, r.Extra...)...)
-}

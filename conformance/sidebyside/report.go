@@ -3,8 +3,10 @@
 // several rounds: operators (gpulab's --workload=gpucluster, KubeRay's
 // --workload=raycluster and the floor without any operator,
 // --workload=bare; Run) and gang schedulers (Volcano versions and
-// Kubernetes' native gangs; RunSchedulers). It renders the ranges over the
-// rounds and the ratios of the medians with their bootstrap intervals.
+// Kubernetes' native gangs; RunSchedulers), each a declaration of its
+// testbeds and sides on the benchmarks' harness (conformance/bench). It
+// renders the ranges over the rounds and the ratios of the medians with
+// their bootstrap intervals.
 package sidebyside
 
 import (

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -54,7 +55,7 @@ func TestRowsAndRatios(t *testing.T) {
 func TestOrderRotates(t *testing.T) {
 	pos := map[string]map[int]bool{}
 	for round := 1; round <= 3; round++ {
-		for i, w := range Order(round, Workloads) {
+		for i, w := range bench.Order(round, Workloads) {
 			if pos[w] == nil {
 				pos[w] = map[int]bool{}
 			}

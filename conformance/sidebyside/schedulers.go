@@ -4,43 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/gpulab/gpulab/conformance/benchscale"
+	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
+// DefaultSchedulersTestbedName prefixes the scheduler comparison's
+// testbeds unless SchedulerOptions say otherwise.
+const DefaultSchedulersTestbedName = "gpulab-schedulers"
+
 // SchedulerOptions configures a scheduler comparison.
 type SchedulerOptions struct {
+	// Options are the binaries, the testbeds' name prefix (default
+	// DefaultSchedulersTestbedName: one testbed per Volcano version, named
+	// after it) and the log; Out receives each run's results, the
+	// operators' logs and report.md.
+	bench.Options
+	// RoundOptions are the rounds each side gets (default
+	// bench.DefaultRounds) and whether a warm-up round goes first.
+	bench.RoundOptions
 	// Scale is the gang count of each run (default 100).
 	Scale int
-	// Rounds is how many counted runs each side gets, the order rotating
-	// from round to round (default 3).
-	Rounds int
-	// NoWarmUp skips the uncounted first round.
-	NoWarmUp bool
 	// VolcanoVersions are the Volcano sides (default
 	// binaries.DefaultVolcanoVersion and v1.10.0). The first one's testbed
 	// also serves Kubernetes' native gangs, the third side.
 	VolcanoVersions []string
-	// Suite and Operator are the gpulab-conformance and gpulab-operator
-	// binaries.
-	Suite, Operator string
-	// Out receives each run's results, the operators' logs and report.md.
-	Out string
-	// TestbedName prefixes the testbeds' names (default
-	// gpulab-schedulers): one per Volcano version, named after it.
-	TestbedName string
-	// Log receives progress and each run's output.
-	Log io.Writer
 }
 
 // Features are what each side runs every round: the gang feature's
@@ -51,17 +47,8 @@ func (o *SchedulerOptions) defaults() error {
 	if o.Scale == 0 {
 		o.Scale = 100
 	}
-	if o.Rounds == 0 {
-		o.Rounds = 3
-	}
 	if len(o.VolcanoVersions) == 0 {
 		o.VolcanoVersions = []string{binaries.DefaultVolcanoVersion, "v1.10.0"}
-	}
-	if o.TestbedName == "" {
-		o.TestbedName = "gpulab-schedulers"
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
 	}
 	seen := map[string]bool{}
 	for i, v := range o.VolcanoVersions {
@@ -74,15 +61,10 @@ func (o *SchedulerOptions) defaults() error {
 		}
 		seen[r], o.VolcanoVersions[i] = true, r
 	}
-	switch {
-	case o.Scale < 1:
+	if o.Scale < 1 {
 		return fmt.Errorf("the scale must be at least 1, got %d", o.Scale)
-	case o.Rounds < 2:
-		return fmt.Errorf("rounds must be at least 2 (an interval needs two runs a side), got %d", o.Rounds)
-	case o.Suite == "" || o.Operator == "" || o.Out == "":
-		return errors.New("the suite and operator binaries and an output directory are required")
 	}
-	return nil
+	return errors.Join(o.RoundOptions.Defaults(), o.Options.Defaults(DefaultSchedulersTestbedName))
 }
 
 // Schedulers is the scheduler comparison's table for the Volcano versions
@@ -111,13 +93,11 @@ const schedulerCPU = "scheduler_cpu_per_run"
 
 func volcanoSide(version string) string { return "volcano-" + version }
 
-// schedulerSide is a side's testbed and how the suite and /proc find its
-// scheduler.
+// schedulerSide is a side's bed (one for both sides of the first Volcano)
+// and how the suite and /proc find its scheduler.
 type schedulerSide struct {
 	key, scheduler, process string
-	tb                      *local.Testbed
-	// op is the testbed's operator, one for both of its sides.
-	op *profile.OperatorProcess
+	bed                     *bench.Bed
 }
 
 // RunSchedulers measures the same gangs on each Volcano version and on
@@ -136,30 +116,20 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return "", err
 	}
-	fleet, err := profile.LocalFleet(profile.Options{Scale: opts.Scale})
-	if err != nil {
-		return "", err
-	}
 	var sides []schedulerSide
+	nodes := 0
 	for i, v := range opts.VolcanoVersions {
-		tb, err := local.New(local.Options{Name: opts.TestbedName + "-" + strings.NewReplacer(".", "-", "+", "-").Replace(strings.TrimPrefix(v, "v")),
-			Fleet: fleet, Log: opts.Log, ReadyTimeout: 5 * time.Minute, VolcanoVersion: v, NativeGangs: i == 0})
+		name := opts.TestbedName + "-" + strings.NewReplacer(".", "-", "+", "-").Replace(strings.TrimPrefix(v, "v"))
+		bed, err := opts.Up(ctx, bench.BedOptions{Scale: opts.Scale, Operator: profile.OperatorOptions{Name: "gpulab-operator-" + name, LogDir: opts.Out},
+			Testbed: local.Options{Name: name, ReadyTimeout: 5 * time.Minute, VolcanoVersion: v, NativeGangs: i == 0}})
 		if err != nil {
 			return "", err
 		}
-		if err := tb.Up(ctx); err != nil {
-			return "", errors.Join(err, tb.Down(context.WithoutCancel(ctx)))
-		}
-		defer func() { _ = tb.Down(context.WithoutCancel(ctx)) }()
-		op, err := profile.StartOperator(ctx, profile.OperatorOptions{Name: "gpulab-operator-" + tb.Name(), Binary: opts.Operator,
-			Kubeconfig: tb.Kubeconfig(), LogDir: opts.Out, SoleReplica: true})
-		if err != nil {
-			return "", err
-		}
-		defer func() { _ = op.Stop() }()
-		sides = append(sides, schedulerSide{key: volcanoSide(v), scheduler: "volcano", process: "vc-scheduler", tb: tb, op: op})
+		defer func() { _ = bed.Down(ctx) }()
+		nodes = bed.Nodes
+		sides = append(sides, schedulerSide{key: volcanoSide(v), scheduler: "volcano", process: "vc-scheduler", bed: bed})
 		if i == 0 {
-			sides = append(sides, schedulerSide{key: nativeSide, scheduler: "kubernetes", process: "kube-scheduler", tb: tb, op: op})
+			sides = append(sides, schedulerSide{key: nativeSide, scheduler: "kubernetes", process: "kube-scheduler", bed: bed})
 		}
 	}
 	keys := make([]string, len(sides))
@@ -167,7 +137,7 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 	for i, s := range sides {
 		keys[i], byKey[s.key] = s.key, s
 	}
-	runs, err := inRounds(opts.Rounds, opts.NoWarmUp, keys, func(name, key string) (*results.Results, error) {
+	runs, err := opts.InRounds(keys, func(name, key string) (*results.Results, error) {
 		r, err := runSchedulerSide(ctx, opts, byKey[key], filepath.Join(opts.Out, name))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -184,7 +154,7 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 		"features once a round, a warm-up round (not counted), then %d rounds in rotating order. Ranges are over the rounds; a ratio is of "+
 		"the medians, with its 95%% bootstrap interval over the rounds. Kubernetes gangs are scheduling.k8s.io PodGroups placed "+
 		"by kube-scheduler's gangscheduling plugin, on the first Volcano's testbed. Host: %s.\n\n%s\n## Verdicts\n\n%s",
-		opts.Scale, len(fleet.Nodes()), opts.Rounds, results.LocalHost(), table.Markdown(rows), verdicts(table, runs))
+		opts.Scale, nodes, opts.Rounds, results.LocalHost(), table.Markdown(rows), verdicts(table, runs))
 	fmt.Fprintf(opts.Log, "\nschedulers side by side, N=%d:\n", opts.Scale)
 	table.Print(opts.Log, rows)
 	fmt.Fprint(opts.Log, "\n", verdicts(table, runs))
@@ -196,33 +166,19 @@ func RunSchedulers(ctx context.Context, opts SchedulerOptions) (string, error) {
 // CPU over it recorded as a latency measurement.
 func runSchedulerSide(ctx context.Context, opts SchedulerOptions, side schedulerSide, dir string) (*results.Results, error) {
 	fmt.Fprintf(opts.Log, "schedulers side by side: %s\n", filepath.Base(dir))
-	if err := side.op.Exited(); err != nil {
-		return nil, err
-	}
-	pid := 0
-	for _, c := range side.tb.Components() {
-		if c.Name == side.process && c.Running {
-			pid = c.PID
-		}
-	}
-	before, ok := benchscale.ProcessCPU(pid)
-	if !ok {
+	pid := side.bed.Processes()[side.process]
+	if _, ok := bench.ProcessCPU(pid); !ok {
 		return nil, fmt.Errorf("the testbed's %s is not running", side.process)
 	}
-	cmd := profile.LatencyRun{Suite: opts.Suite, Kubeconfig: side.tb.Kubeconfig(), Workload: "gpucluster", Scale: opts.Scale,
-		Features: schedulerFeatures, OperatorMetricsURL: side.op.MetricsURL(), Out: dir, ClusterName: side.tb.Name(),
-		Extra: []string{"--scheduler=" + side.scheduler}}.Command(ctx)
-	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
-	runErr := cmd.Run()
-	after, ok := benchscale.ProcessCPU(pid)
-	r, err := results.Read(filepath.Join(dir, "results.json"))
+	run, err := side.bed.RunSuite(ctx, bench.SuiteRun{Features: schedulerFeatures, OperatorMetricsURL: side.bed.Operator.MetricsURL(), Out: dir,
+		Extra: []string{"--scheduler=" + side.scheduler}, CPU: map[string]int{side.process: pid}})
 	if err != nil {
-		return nil, errors.Join(runErr, err)
+		return nil, err
 	}
-	if ok {
-		r.Measurements = append(r.Measurements, results.Value("latency", schedulerCPU, "seconds", after-before))
+	if cpu, ok := run.CPUSeconds[side.process]; ok {
+		run.Results.Measurements = append(run.Results.Measurements, results.Value("latency", schedulerCPU, "seconds", cpu))
 	}
-	return r, nil
+	return run.Results, nil
 }
 
 // verdicts is a Markdown table of each feature's verdicts per side over

@@ -1,4 +1,4 @@
-package benchscale
+package bench
 
 import (
 	"os"
@@ -11,9 +11,13 @@ import (
 // on every architecture Go's linux ports run on.
 const clockTicks = 100
 
-// cpuSeconds reads each process's user+system CPU so far; a process that
+// SuiteProcess names the conformance suite's own process in the CPU
+// tables: it watches every pod and gang of the run, like any controller.
+const SuiteProcess = "gpulab-conformance"
+
+// CPUSeconds reads each process's user+system CPU so far; a process that
 // is gone reads as absent.
-func cpuSeconds(procs map[string]int) map[string]float64 {
+func CPUSeconds(procs map[string]int) map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range procs {
 		if s, ok := ProcessCPU(pid); ok {
@@ -54,13 +58,9 @@ func parseStat(line string) (float64, bool) {
 	return float64(utime+stime) / clockTicks, true
 }
 
-// suiteProcess names the conformance suite's own process in the CPU
-// tables: it watches every pod and gang of the run, like any controller.
-const suiteProcess = "gpulab-conformance"
-
-// cpuSample is the CPU every measured process, and the whole machine, had
+// CPUSample is the CPU every measured process, and the whole machine, had
 // spent at one instant.
-type cpuSample struct {
+type CPUSample struct {
 	At    time.Time
 	Procs map[string]float64
 	// Busy and Total are the machine's CPU seconds over all cores: busy,
@@ -68,20 +68,22 @@ type cpuSample struct {
 	Busy, Total float64
 }
 
-// cpuSampler samples the CPU of procs every interval until stopped.
-type cpuSampler struct {
+// Sampler samples the CPU of a set of processes every interval until
+// stopped.
+type Sampler struct {
 	stop    chan struct{}
-	samples chan []cpuSample
+	samples chan []CPUSample
 }
 
-// sampleCPU starts sampling; Stop returns what was sampled.
-func sampleCPU(procs map[string]int, every time.Duration) *cpuSampler {
-	s := &cpuSampler{stop: make(chan struct{}), samples: make(chan []cpuSample, 1)}
+// SampleCPU starts sampling procs (name to pid) every interval, the first
+// sample at once; Stop takes a last one and returns them all.
+func SampleCPU(procs map[string]int, every time.Duration) *Sampler {
+	s := &Sampler{stop: make(chan struct{}), samples: make(chan []CPUSample, 1)}
 	go func() {
-		var out []cpuSample
+		var out []CPUSample
 		take := func() {
 			busy, total, _ := machineCPU()
-			out = append(out, cpuSample{At: time.Now(), Procs: cpuSeconds(procs), Busy: busy, Total: total})
+			out = append(out, CPUSample{At: time.Now(), Procs: CPUSeconds(procs), Busy: busy, Total: total})
 		}
 		take()
 		tick := time.NewTicker(every)
@@ -100,8 +102,9 @@ func sampleCPU(procs map[string]int, every time.Duration) *cpuSampler {
 	return s
 }
 
-// Stop ends the sampling and returns the samples, oldest first.
-func (s *cpuSampler) Stop() []cpuSample {
+// Stop ends the sampling and returns the samples, oldest first: at least
+// two.
+func (s *Sampler) Stop() []CPUSample {
 	close(s.stop)
 	return <-s.samples
 }
@@ -152,10 +155,10 @@ type CPUWindow struct {
 	Idle           float64 `json:"idle"`
 }
 
-// windowOf is the CPU spent between from and to: the last sample at or
+// WindowOf is the CPU spent between from and to: the last sample at or
 // before from to the first at or after to. False without samples on both
 // sides.
-func windowOf(samples []cpuSample, from, to time.Time) (CPUWindow, bool) {
+func WindowOf(samples []CPUSample, from, to time.Time) (CPUWindow, bool) {
 	first, last := -1, -1
 	for i, s := range samples {
 		if !s.At.After(from) {
