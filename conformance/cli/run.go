@@ -186,7 +186,7 @@ func runFlags(o *RunOptions) []runFlag {
 		{"what to test", "requirements", requirementsUsage, &o.Requirements},
 		{"what to test", "autoscaler", "the cluster's node autoscaler, for the autoscaling feature: auto (Karpenter where its NodePools are served, else none), karpenter, cluster-autoscaler or none (the feature is skipped, saying so); on --profile=local, karpenter starts the testbed with Karpenter", str(&o.Autoscaler, "auto")},
 		{"what to test", "nodepool", "autoscaling: the Karpenter NodePool to grow (default: the only one with an nvidia.com/gpu limit; local: the testbed's)", str(&o.NodePool, "")},
-		{"what to test", "max-new-nodes", "autoscaling on --profile=cluster: the most nodes the run may make the autoscaler add (default 0: the feature is refused; it also needs --disruptive)", (*intValue)(setInt(&o.MaxNewNodes, 0))},
+		{"what to test", "max-new-nodes", "autoscaling on --profile=cluster: the most nodes the run may have the autoscaler add (default 0: the feature is refused; it also needs --disruptive)", (*intValue)(setInt(&o.MaxNewNodes, 0))},
 		{"what to test", "max-extra-nodes", "autoscaling: nodes a scale-up may add beyond what the gang lacks before it fails", (*intValue)(setInt(&o.MaxExtraNodes, 0))},
 		{"what to test", "scale", "latency: clusters created at once (1 head + 2 workers x 4 GPUs); sizes the local fleet", (*intValue)(setInt(&o.Scale, 100))},
 		{"what to test", "wait-window", "how long a gang that cannot fit is watched for bound pods", dur(&o.WaitWindow, 10*time.Second)},
