@@ -375,7 +375,10 @@ func TestPlantedMinMemberFailsAutoscaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := localtest.Start(t, local.Options{Name: "gpulab-faults-asc", Fleet: fleet, Autoscaler: local.AutoscalerKarpenter})
+	// Room for both runs' new nodes: the first run's stay until Karpenter
+	// consolidates them (30 s after they empty), and the second must still
+	// find the NodePool room for two more.
+	tb := localtest.Start(t, local.Options{Name: "gpulab-faults-asc", Fleet: fleet, Autoscaler: local.AutoscalerKarpenter, AutoscalerMaxGPUs: 32})
 	for _, fault := range []string{"wrong-minmember", ""} {
 		name := cmp.Or(fault, "no-fault")
 		t.Run(name, func(t *testing.T) {
