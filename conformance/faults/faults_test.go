@@ -16,12 +16,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
@@ -375,12 +379,29 @@ func TestPlantedMinMemberFailsAutoscaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Room for both runs' new nodes: the first run's stay until Karpenter
-	// consolidates them (30 s after they empty), and the second must still
-	// find the NodePool room for two more.
-	tb := localtest.Start(t, local.Options{Name: "gpulab-faults-asc", Fleet: fleet, Autoscaler: local.AutoscalerKarpenter, AutoscalerMaxGPUs: 32})
-	for _, fault := range []string{"wrong-minmember", ""} {
+	tb := localtest.Start(t, local.Options{Name: "gpulab-faults-asc", Fleet: fleet, Autoscaler: local.AutoscalerKarpenter})
+	c, err := tb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The control first, on a NodePool with no node yet.
+	for _, fault := range []string{"", "wrong-minmember"} {
 		name := cmp.Or(fault, "no-fault")
+		// Each run starts from a NodePool with no node, as the helpers'
+		// own runs did: the previous run's nodes go once Karpenter
+		// consolidates them (30 s after they empty). A run that starts
+		// beside empty nodes of the NodePool counts them as free, and
+		// Karpenter then added fewer nodes than the gang lacked (seen
+		// 2026-12-07; not yet understood, see docs/conformance/features.md).
+		if err := poll.Until(t.Context(), 3*time.Minute, func() (bool, string) {
+			var nodes corev1.NodeList
+			if err := c.List(t.Context(), &nodes, client.HasLabels{"karpenter.sh/nodepool"}); err != nil {
+				return false, err.Error()
+			}
+			return len(nodes.Items) == 0, fmt.Sprintf("%d nodes of the NodePool left", len(nodes.Items))
+		}); err != nil {
+			t.Fatalf("before the %s run: %v", name, err)
+		}
 		t.Run(name, func(t *testing.T) {
 			op, err := profile.StartOperator(t.Context(), profile.OperatorOptions{Name: "operator-asc-" + name,
 				Binary: operator, Kubeconfig: tb.Kubeconfig(), LogDir: tmp, Env: []string{"GPULAB_PLANTED_FAULT=" + fault}})
