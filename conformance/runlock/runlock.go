@@ -326,7 +326,9 @@ func (r *Run) renew(ctx context.Context) {
 			m := r.marker.DeepCopy()
 			t := metav1.NewMicroTime(now)
 			m.Spec.RenewTime = &t
-			switch err := r.o.Client.Patch(ctx, m, client.MergeFrom(r.marker)); {
+			// Update, as the lock is renewed: the runner's role grants
+			// update on Leases, not patch.
+			switch err := r.o.Client.Update(ctx, m); {
 			case err == nil:
 				r.marker, lastMarker = m, now
 			case apierrors.IsNotFound(err):

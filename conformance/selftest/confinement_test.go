@@ -21,6 +21,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/internal/poll/polltest"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -288,6 +289,33 @@ func TestTheRunnerIsConfined(t *testing.T) {
 		}
 		if err := c.Delete(ctx, ns); err != nil {
 			t.Errorf("deleting the run's namespace: %v", err)
+		}
+	})
+
+	// runlock itself, as the runner: the lock and the marker are renewed
+	// with the verbs the role grants (the marker's renewal once used
+	// patch, which the role does not give, and a run on kind warned that
+	// its marker went unrenewed).
+	t.Run("runlock renews as the runner", func(t *testing.T) {
+		run, err := runlock.Start(ctx, runlock.Options{Client: c, RunID: "confined-renew", Duration: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := client.ObjectKey{Namespace: runlock.DefaultNamespace, Name: runlock.MarkerName("confined-renew")}
+		var first coordinationv1.Lease
+		if err := admin.Get(ctx, key, &first); err != nil {
+			t.Fatal(err)
+		}
+		polltest.Eventually(t, 10*time.Second, "the marker renewed", func() bool {
+			var now coordinationv1.Lease
+			return admin.Get(ctx, key, &now) == nil && now.Spec.RenewTime != nil && first.Spec.RenewTime != nil &&
+				now.Spec.RenewTime.After(first.Spec.RenewTime.Time)
+		})
+		if err := run.Release(ctx); err != nil {
+			t.Errorf("releasing: %v", err)
+		}
+		if w := run.Warnings(); len(w) > 0 {
+			t.Errorf("warnings while renewing as the runner: %v", w)
 		}
 	})
 
