@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/gpulab/gpulab/conformance/cli"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/measure"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/internal/version"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -230,7 +230,7 @@ func report(testsCode int, out string) int {
 // storeResults packs out into --results-configmap, for retrieve: the
 // in-cluster runner's pod and its folder go away after the run.
 func storeResults(out string) error {
-	ns, name, err := runner.ParseConfigMapRef(opts.ResultsConfigMap)
+	ns, name, err := incluster.ParseConfigMapRef(opts.ResultsConfigMap)
 	if err != nil {
 		return err
 	}
@@ -242,9 +242,9 @@ func storeResults(out string) error {
 	if err != nil {
 		return fmt.Errorf("storing the results: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), runner.StoreTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), incluster.StoreTimeout)
 	defer cancel()
-	stored, err := runner.Store(ctx, c, ns, name, opts.RunID, string(run.Verdict), out)
+	stored, err := incluster.Store(ctx, c, ns, name, opts.RunID, string(run.Verdict), out)
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/internal/scheme"
 )
 
@@ -32,7 +32,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "kubeconfig context (default its current context)")
 	timeout := fs.Duration("timeout", 0, "how long the run's pods may take to go (default 3m, or 150ms a pod when more)")
 	dryRun := fs.Bool("dry-run", false, "list what would be deleted and delete nothing")
-	runnerNS := fs.String("runner-namespace", runner.DefaultNamespace, "where submit ran the run: its Job and results go too, and the runner's shared RBAC and namespace once nothing uses them")
+	runnerNS := fs.String("runner-namespace", incluster.DefaultNamespace, "where submit ran the run: its Job and results go too, and the runner's shared RBAC and namespace once nothing uses them")
 	if code, ok := parseCommandFlags(fs, args); !ok {
 		return code
 	}
@@ -75,7 +75,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 	if !*allRuns {
 		ids = []string{*runID}
 	}
-	rr, err := runner.CleanupRuns(ctx, c, runner.CleanupOptions{Namespace: *runnerNS, RunIDs: ids, AllRuns: *allRuns, DryRun: *dryRun})
+	rr, err := incluster.CleanupRuns(ctx, c, incluster.CleanupOptions{Namespace: *runnerNS, RunIDs: ids, AllRuns: *allRuns, DryRun: *dryRun})
 	verb := "deleted"
 	if *dryRun {
 		verb = "would delete"

@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/runlock"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -44,7 +44,7 @@ func TestCleanupKeepsWhatOthersUse(t *testing.T) {
 	// another case made).
 	install := func(t *testing.T, ns string) {
 		t.Helper()
-		for _, obj := range runner.Shared(ns) {
+		for _, obj := range incluster.Shared(ns) {
 			if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatalf("creating %s: %v", obj.GetName(), err)
 			}
@@ -111,8 +111,8 @@ func TestCleanupKeepsWhatOthersUse(t *testing.T) {
 		if err := yaml.UnmarshalStrict(data, &cj); err != nil {
 			t.Fatal(err)
 		}
-		if cj.Labels[runner.SharedUserLabel] == "" || cj.Spec.JobTemplate.Labels[runner.SharedUserLabel] == "" {
-			t.Errorf("the nightly CronJob or its jobTemplate lacks %s: its Jobs would not count as runs", runner.SharedUserLabel)
+		if cj.Labels[incluster.SharedUserLabel] == "" || cj.Spec.JobTemplate.Labels[incluster.SharedUserLabel] == "" {
+			t.Errorf("the nightly CronJob or its jobTemplate lacks %s: its Jobs would not count as runs", incluster.SharedUserLabel)
 		}
 		cj.Namespace = ns
 		if err := c.Create(ctx, &cj); err != nil {
@@ -158,7 +158,7 @@ func TestCleanupKeepsWhatOthersUse(t *testing.T) {
 // A run's own end-of-run cleanup deletes what carries its label
 // (cleanup.Run): the shared objects must never carry it.
 func TestSharedObjectsAreNoRunsToDelete(t *testing.T) {
-	for _, obj := range runner.Shared(runner.DefaultNamespace) {
+	for _, obj := range incluster.Shared(incluster.DefaultNamespace) {
 		if _, ok := obj.GetLabels()[cleanup.RunIDLabel]; ok {
 			t.Errorf("%T %s carries %s", obj, obj.GetName(), cleanup.RunIDLabel)
 		}

@@ -117,7 +117,7 @@ type RunOptions struct {
 	// cleans up, writes its results and ends FAILED.
 	Timeout time.Duration
 	// ResultsConfigMap is NAMESPACE/NAME of a ConfigMap the output is also
-	// stored in (runner.Store): the in-cluster runner's, for retrieve.
+	// stored in (incluster.Store): the in-cluster runner's, for retrieve.
 	ResultsConfigMap string
 
 	// RunID labels everything the run creates, so cleanup finds it all.

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpulab/gpulab/conformance/footprint"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/measure"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/kind"
 )
 
@@ -37,7 +37,7 @@ func (o *RunOptions) validateNames() error {
 	if o.ResultsConfigMap == "" {
 		return nil
 	}
-	ns, name, err := runner.ParseConfigMapRef(o.ResultsConfigMap)
+	ns, name, err := incluster.ParseConfigMapRef(o.ResultsConfigMap)
 	if err == nil {
 		if msgs := append(validation.IsDNS1123Label(ns), validation.IsDNS1123Subdomain(name)...); len(msgs) > 0 {
 			err = errors.New(strings.Join(msgs, "; "))

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/internal/version"
 )
@@ -50,7 +50,7 @@ type submitFlags struct {
 // --follow, --wait-timeout) out of args, in the --name=value or --name
 // value forms (the booleans: --name or --name=true|false).
 func splitSubmitArgs(args []string) (submitFlags, []string, error) {
-	sf := submitFlags{image: DefaultRunnerImage(), namespace: runner.DefaultNamespace, pullPolicy: string(corev1.PullIfNotPresent), follow: true}
+	sf := submitFlags{image: DefaultRunnerImage(), namespace: incluster.DefaultNamespace, pullPolicy: string(corev1.PullIfNotPresent), follow: true}
 	var wait string
 	values := map[string]*string{"runner-image": &sf.image, "runner-namespace": &sf.namespace, "runner-pull-policy": &sf.pullPolicy, "wait-timeout": &wait}
 	bools := map[string]*bool{"follow": &sf.follow, "runner-namespace-allow-system": &sf.allowSystem}
@@ -132,18 +132,18 @@ func podArgs(args []string, rewrite map[string]string) []string {
 const maxBaseline = 900 << 10
 
 // carry reads the files the run's flags name on the submitter's disk, for
-// the runner pod to mount (runner.Files), and the flags that then point at
+// the runner pod to mount (incluster.Files), and the flags that then point at
 // them there. --perfdata, an output folder, becomes the results' perfdata/,
 // which retrieve brings back.
-func carry(o *RunOptions) (runner.Files, map[string]string, error) {
-	var f runner.Files
+func carry(o *RunOptions) (incluster.Files, map[string]string, error) {
+	var f incluster.Files
 	rewrite := map[string]string{}
 	for _, file := range []struct {
 		flag, path, mounted string
 		into                *[]byte
 	}{
-		{"prometheus-bearer-token-file", o.PrometheusBearerTokenFile, runner.PrometheusTokenPath, &f.PrometheusToken},
-		{"prometheus-ca-file", o.PrometheusCAFile, runner.PrometheusCAPath, &f.PrometheusCA},
+		{"prometheus-bearer-token-file", o.PrometheusBearerTokenFile, incluster.PrometheusTokenPath, &f.PrometheusToken},
+		{"prometheus-ca-file", o.PrometheusCAFile, incluster.PrometheusCAPath, &f.PrometheusCA},
 	} {
 		if file.path == "" {
 			continue
@@ -162,13 +162,13 @@ func carry(o *RunOptions) (runner.Files, map[string]string, error) {
 		f.Baseline, rewrite["push-baseline"] = baseline, mounted
 	}
 	if o.PerfData != "" {
-		rewrite["perfdata"] = runner.PerfDataDir
+		rewrite["perfdata"] = incluster.PerfDataDir
 	}
 	return f, rewrite, nil
 }
 
 // carryBaseline is --push-baseline's runs as the pod will see them under
-// runner.BaselineDir: a file as results.json, a folder's runs (those
+// incluster.BaselineDir: a file as results.json, a folder's runs (those
 // results.ReadRuns counts) as NNN/results.json; and the flag's value there.
 func carryBaseline(path string) (map[string][]byte, string, error) {
 	info, err := os.Stat(path)
@@ -176,14 +176,14 @@ func carryBaseline(path string) (map[string][]byte, string, error) {
 		return nil, "", fmt.Errorf("--push-baseline: %w", err)
 	}
 	files := map[string][]byte{}
-	mounted := runner.BaselineDir
+	mounted := incluster.BaselineDir
 	if !info.IsDir() {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, "", fmt.Errorf("--push-baseline: %w", err)
 		}
 		files[results.ResultsFile] = data
-		mounted = runner.BaselineDir + "/" + results.ResultsFile
+		mounted = incluster.BaselineDir + "/" + results.ResultsFile
 	} else {
 		runs, _, err := results.ReadRuns(path)
 		if err != nil {
@@ -257,19 +257,19 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	// A gpucluster of the latency feature is a head and two workers: the
 	// run's cleanup waits for that many pods at most.
-	grace := runner.TerminationGrace(3 * o.Scale)
+	grace := incluster.TerminationGrace(3 * o.Scale)
 	wait := sf.waitTimeout
 	if wait == 0 {
-		wait = runner.StartUpAllowance + o.Timeout + grace
+		wait = incluster.StartUpAllowance + o.Timeout + grace
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeoutCause(ctx, wait, fmt.Errorf("--wait-timeout=%s passed; the run goes on in the cluster "+
 		"(gpulab-conformance status --run-id %s)", wait, o.RunID))
 	defer cancel()
-	ro := runner.Options{Namespace: sf.namespace, AllowSystemNamespace: sf.allowSystem, Image: sf.image, PullPolicy: corev1.PullPolicy(sf.pullPolicy),
+	ro := incluster.Options{Namespace: sf.namespace, AllowSystemNamespace: sf.allowSystem, Image: sf.image, PullPolicy: corev1.PullPolicy(sf.pullPolicy),
 		RunID: o.RunID, Args: podArgs(rest, rewrite), Files: files, TerminationGrace: grace}
-	created, err := runner.Submit(ctx, c, ro)
+	created, err := incluster.Submit(ctx, c, ro)
 	for _, s := range created {
 		fmt.Fprintf(stdout, "created %s\n", s)
 	}
@@ -279,11 +279,11 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "run %s submitted to %s: Job %s/%s, image %s\n"+
 		"  gpulab-conformance status --run-id %[1]s\n  gpulab-conformance retrieve --run-id %[1]s --to DIR\n  gpulab-conformance cleanup --run-id %[1]s\n",
-		o.RunID, where, sf.namespace, runner.JobName(o.RunID), sf.image)
+		o.RunID, where, sf.namespace, incluster.JobName(o.RunID), sf.image)
 	if !sf.follow {
 		return results.ExitPassed
 	}
-	st, err := runner.Follow(ctx, c, cs, sf.namespace, o.RunID, stdout, runner.FollowOptions{StartTimeout: min(runner.StartUpAllowance, wait)})
+	st, err := incluster.Follow(ctx, c, cs, sf.namespace, o.RunID, stdout, incluster.FollowOptions{StartTimeout: min(incluster.StartUpAllowance, wait)})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpulab-conformance submit: %v\n", err)
 		return results.ExitFailed
@@ -292,7 +292,7 @@ func submitCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 // finished reports a run's end and returns its exit code.
-func finished(st runner.State, stdout, stderr io.Writer) int {
+func finished(st incluster.State, stdout, stderr io.Writer) int {
 	if st.Phase != "Finished" {
 		fmt.Fprintf(stderr, "gpulab-conformance: the runner pod %s has not finished (%s %s)\n", st.Pod, st.Phase, st.Reason)
 		return results.ExitFailed
@@ -323,7 +323,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	st, err := runner.Status(context.Background(), c, *ns, *runID)
+	st, err := incluster.Status(context.Background(), c, *ns, *runID)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpulab-conformance status: %v\n", err)
 		return results.ExitFailed
@@ -357,7 +357,7 @@ func retrieveCommand(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	got, err := runner.Retrieve(context.Background(), c, *ns, *runID, *to, runner.RetrieveOptions{Force: *force})
+	got, err := incluster.Retrieve(context.Background(), c, *ns, *runID, *to, incluster.RetrieveOptions{Force: *force})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpulab-conformance retrieve: %v\n", err)
 		return results.ExitFailed
@@ -372,7 +372,7 @@ func retrieveCommand(args []string, stdout, stderr io.Writer) int {
 func runnerCommandFlags(name, usage string, stderr io.Writer) (fs *flag.FlagSet, runID, ns, kubeconfig, kubeContext *string) {
 	fs = newCommandFlags(name, stderr, usage)
 	runID = fs.String("run-id", "", "the submitted run (submit prints it)")
-	ns = fs.String("runner-namespace", runner.DefaultNamespace, "the runner's namespace, as given to submit")
+	ns = fs.String("runner-namespace", incluster.DefaultNamespace, "the runner's namespace, as given to submit")
 	kubeconfig = fs.String("kubeconfig", "", "kubeconfig (default $KUBECONFIG, ~/.kube/config, else in-cluster)")
 	kubeContext = fs.String("context", "", "kubeconfig context (default its current context)")
 	return fs, runID, ns, kubeconfig, kubeContext

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
@@ -73,8 +73,8 @@ func TestCarryRewritesFileFlags(t *testing.T) {
 	}
 	got := podArgs(args, rewrite)
 	want := []string{"--prometheus-url=https://prom:9090", "--pushgateway-url=http://pg:9091", "--max-gpus=8",
-		"--perfdata=" + runner.PerfDataDir, "--prometheus-bearer-token-file=" + runner.PrometheusTokenPath,
-		"--prometheus-ca-file=" + runner.PrometheusCAPath, "--push-baseline=" + runner.BaselineDir}
+		"--perfdata=" + incluster.PerfDataDir, "--prometheus-bearer-token-file=" + incluster.PrometheusTokenPath,
+		"--prometheus-ca-file=" + incluster.PrometheusCAPath, "--push-baseline=" + incluster.BaselineDir}
 	if !slices.Equal(got, want) {
 		t.Errorf("pod args\n got %v\nwant %v", got, want)
 	}
@@ -84,12 +84,12 @@ func TestCarryRewritesFileFlags(t *testing.T) {
 		}
 	}
 	// The pod mounts each carried file where its flag now points.
-	job := runner.Job(runner.Options{Image: "i", RunID: "r1", Files: files, Args: got})
+	job := incluster.Job(incluster.Options{Image: "i", RunID: "r1", Files: files, Args: got})
 	mounted := map[string]bool{}
 	for _, m := range job.Spec.Template.Spec.Containers[0].VolumeMounts {
 		mounted[m.MountPath] = true
 	}
-	for _, p := range []string{filepath.Dir(runner.PrometheusTokenPath), runner.BaselineDir} {
+	for _, p := range []string{filepath.Dir(incluster.PrometheusTokenPath), incluster.BaselineDir} {
 		if !mounted[p] {
 			t.Errorf("nothing mounted at %s", p)
 		}
@@ -98,7 +98,7 @@ func TestCarryRewritesFileFlags(t *testing.T) {
 	// One baseline file keeps its name: a file is read as it is.
 	o.PushBaseline = filepath.Join(base, "n1", "results.json")
 	files, rewrite, err = carry(o)
-	if err != nil || rewrite["push-baseline"] != runner.BaselineDir+"/results.json" || len(files.Baseline) != 1 {
+	if err != nil || rewrite["push-baseline"] != incluster.BaselineDir+"/results.json" || len(files.Baseline) != 1 {
 		t.Errorf("one baseline file: %v %v %v", files.Baseline, rewrite, err)
 	}
 	// A baseline too large for a ConfigMap is refused, naming the flag.

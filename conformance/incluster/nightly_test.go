@@ -1,4 +1,4 @@
-package runner_test
+package incluster_test
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/conformance/incluster"
 )
 
 // The shipped nightly CronJob runs the runner's own pod: the same
@@ -27,15 +27,15 @@ func TestNightlyCronJobRunsTheRunnersPod(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &cj); err != nil {
 		t.Fatalf("cronjob.yaml: %v", err)
 	}
-	if cj.Namespace != runner.DefaultNamespace || cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
-		t.Errorf("namespace %q, concurrency %q; want %s and Forbid", cj.Namespace, cj.Spec.ConcurrencyPolicy, runner.DefaultNamespace)
+	if cj.Namespace != incluster.DefaultNamespace || cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+		t.Errorf("namespace %q, concurrency %q; want %s and Forbid", cj.Namespace, cj.Spec.ConcurrencyPolicy, incluster.DefaultNamespace)
 	}
 	night := cj.Spec.JobTemplate.Spec
 	if night.BackoffLimit == nil || *night.BackoffLimit != 0 {
 		t.Errorf("backoffLimit %v, want 0: a retry runs the scenarios twice", night.BackoffLimit)
 	}
 	got := night.Template.Spec.DeepCopy()
-	want := runner.Job(runner.Options{Image: got.Containers[0].Image, RunID: "x"}).Spec.Template.Spec
+	want := incluster.Job(incluster.Options{Image: got.Containers[0].Image, RunID: "x"}).Spec.Template.Spec
 	args := got.Containers[0].Args
 	got.Containers[0].Args, want.Containers[0].Args = nil, nil
 	if !equality.Semantic.DeepEqual(*got, want) {

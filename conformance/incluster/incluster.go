@@ -1,4 +1,4 @@
-// Package runner runs the suite inside the cluster, the way Sonobuoy and
+// Package incluster runs the suite inside the cluster, the way Sonobuoy and
 // hydrophone do: Submit creates the shipped RBAC (conformance/rbac), where
 // it is not there yet, the run's own objects (its results ConfigMaps and a
 // Role on exactly those, the files it reads) and a Job whose pod runs
@@ -13,7 +13,7 @@
 // already there (a reviewed install of conformance/config) are used as
 // they are and never updated or deleted: only those carrying ManagedBy
 // are Submit's.
-package runner
+package incluster
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package runner_test
+package incluster_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
-	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -25,16 +25,16 @@ import (
 // it is neither unschedulable nor the first evicted.
 func TestRunnerPodStopsCleanly(t *testing.T) {
 	for _, pods := range []int{0, 300, 6000} {
-		grace := runner.TerminationGrace(pods)
-		if need := cleanup.PodTimeout(pods) + runner.StoreTimeout + 3*time.Minute; grace < need {
+		grace := incluster.TerminationGrace(pods)
+		if need := cleanup.PodTimeout(pods) + incluster.StoreTimeout + 3*time.Minute; grace < need {
 			t.Errorf("TerminationGrace(%d) = %s, less than the cleanup, the in-flight teardown and storing (%s)", pods, grace, need)
 		}
 	}
-	spec := runner.Job(runner.Options{Image: "i", RunID: "r1"}).Spec.Template.Spec
-	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second != runner.TerminationGrace(0) {
-		t.Errorf("terminationGracePeriodSeconds %v, want %s", g, runner.TerminationGrace(0))
+	spec := incluster.Job(incluster.Options{Image: "i", RunID: "r1"}).Spec.Template.Spec
+	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second != incluster.TerminationGrace(0) {
+		t.Errorf("terminationGracePeriodSeconds %v, want %s", g, incluster.TerminationGrace(0))
 	}
-	long := runner.Job(runner.Options{Image: "i", RunID: "r1", TerminationGrace: time.Hour}).Spec.Template.Spec
+	long := incluster.Job(incluster.Options{Image: "i", RunID: "r1", TerminationGrace: time.Hour}).Spec.Template.Spec
 	if *long.TerminationGracePeriodSeconds != 3600 {
 		t.Errorf("terminationGracePeriodSeconds %d, want the 3600 asked", *long.TerminationGracePeriodSeconds)
 	}
@@ -50,7 +50,7 @@ func TestRunnerPodStopsCleanly(t *testing.T) {
 // The files the run reads from the submitter's disk are mounted, read-only,
 // where the rewritten flags point.
 func TestJobMountsCarriedFiles(t *testing.T) {
-	job := runner.Job(runner.Options{Image: "i", RunID: "r1", Files: runner.Files{
+	job := incluster.Job(incluster.Options{Image: "i", RunID: "r1", Files: incluster.Files{
 		PrometheusToken: []byte("t"), PrometheusCA: []byte("ca"),
 		Baseline: map[string][]byte{"000/results.json": []byte("{}"), "001/results.json": []byte("{}")},
 	}})
@@ -68,11 +68,11 @@ func TestJobMountsCarriedFiles(t *testing.T) {
 		t.Fatalf("prometheus volume %+v: want the run's Secret, token and CA", prom)
 	}
 	for _, item := range prom.Secret.Items {
-		if got := mounts["prometheus"].MountPath + "/" + item.Path; got != runner.PrometheusTokenPath && got != runner.PrometheusCAPath {
+		if got := mounts["prometheus"].MountPath + "/" + item.Path; got != incluster.PrometheusTokenPath && got != incluster.PrometheusCAPath {
 			t.Errorf("Secret key %s mounted at %s, where no flag points", item.Key, got)
 		}
 	}
-	if base.ConfigMap == nil || base.ConfigMap.Name != "gpulab-conformance-baseline-r1" || mounts["baseline"].MountPath != runner.BaselineDir {
+	if base.ConfigMap == nil || base.ConfigMap.Name != "gpulab-conformance-baseline-r1" || mounts["baseline"].MountPath != incluster.BaselineDir {
 		t.Fatalf("baseline volume %+v at %+v", base, mounts["baseline"])
 	}
 	var paths []string
@@ -91,7 +91,7 @@ func TestJobMountsCarriedFiles(t *testing.T) {
 		}
 	}
 	// Without files, no volumes beyond the results and /tmp.
-	if n := len(runner.Job(runner.Options{Image: "i", RunID: "r1"}).Spec.Template.Spec.Volumes); n != 2 {
+	if n := len(incluster.Job(incluster.Options{Image: "i", RunID: "r1"}).Spec.Template.Spec.Volumes); n != 2 {
 		t.Errorf("%d volumes without files, want 2", n)
 	}
 }
@@ -101,13 +101,13 @@ func TestJobMountsCarriedFiles(t *testing.T) {
 func TestRunObjectsCoverWhatSubmitCreates(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(local.Scheme).Build()
 	ctx := context.Background()
-	o := runner.Options{Namespace: "runner", Image: "i", RunID: "r1", Files: runner.Files{PrometheusToken: []byte("t"),
+	o := incluster.Options{Namespace: "runner", Image: "i", RunID: "r1", Files: incluster.Files{PrometheusToken: []byte("t"),
 		Baseline: map[string][]byte{"results.json": []byte("{}")}}}
-	if _, err := runner.Submit(ctx, c, o); err != nil {
+	if _, err := incluster.Submit(ctx, c, o); err != nil {
 		t.Fatal(err)
 	}
 	keys := map[string]bool{}
-	for _, obj := range runner.RunObjects("runner", "r1") {
+	for _, obj := range incluster.RunObjects("runner", "r1") {
 		keys[strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1.")+"/"+obj.GetName()] = true
 	}
 	var cms corev1.ConfigMapList
@@ -135,8 +135,8 @@ func TestRunObjectsCoverWhatSubmitCreates(t *testing.T) {
 	}
 	for _, r := range roles.Items {
 		made = append(made, "Role/"+r.Name)
-		if got := r.Rules[0].ResourceNames; len(got) != runner.MaxParts || !slices.Equal(got, runner.PartNames(runner.ConfigMapName("r1"))) {
-			t.Errorf("the Role names %v, want the run's %d parts", got, runner.MaxParts)
+		if got := r.Rules[0].ResourceNames; len(got) != incluster.MaxParts || !slices.Equal(got, incluster.PartNames(incluster.ConfigMapName("r1"))) {
+			t.Errorf("the Role names %v, want the run's %d parts", got, incluster.MaxParts)
 		}
 		if verbs := r.Rules[0].Verbs; slices.Contains(verbs, "create") || slices.Contains(verbs, "*") {
 			t.Errorf("the Role grants %v: create cannot be limited to names", verbs)
@@ -145,8 +145,8 @@ func TestRunObjectsCoverWhatSubmitCreates(t *testing.T) {
 	for _, b := range bindings.Items {
 		made = append(made, "RoleBinding/"+b.Name)
 	}
-	if len(made) != runner.MaxParts+4 {
-		t.Errorf("Submit made %v: want %d results parts, the baseline, the Secret, the Role and its binding", made, runner.MaxParts)
+	if len(made) != incluster.MaxParts+4 {
+		t.Errorf("Submit made %v: want %d results parts, the baseline, the Secret, the Role and its binding", made, incluster.MaxParts)
 	}
 	for _, m := range made {
 		if !keys[m] {
@@ -177,7 +177,7 @@ func TestSubmitRefusesSystemNamespaces(t *testing.T) {
 		{"gpulab-system", true, ""},
 	} {
 		c := fake.NewClientBuilder().WithScheme(local.Scheme).WithObjects(op.DeepCopy(), other.DeepCopy()).Build()
-		_, err := runner.Submit(ctx, c, runner.Options{Namespace: tc.ns, AllowSystemNamespace: tc.allow, Image: "i", RunID: "r1"})
+		_, err := incluster.Submit(ctx, c, incluster.Options{Namespace: tc.ns, AllowSystemNamespace: tc.allow, Image: "i", RunID: "r1"})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s (allow %v): %v, want it accepted", tc.ns, tc.allow, err)

@@ -1,4 +1,4 @@
-package runner_test
+package incluster_test
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/rbac"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
@@ -51,7 +51,7 @@ func TestStoreSplitsAcrossConfigMaps(t *testing.T) {
 	env := envtest.StartForTest(t, envtest.Options{})
 	ctx := context.Background()
 	const ns = "runner-store"
-	if _, err := runner.Submit(ctx, env.Client, runner.Options{Namespace: ns, Image: "i", RunID: "big"}); err != nil {
+	if _, err := incluster.Submit(ctx, env.Client, incluster.Options{Namespace: ns, Image: "i", RunID: "big"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := env.AsUser("system:serviceaccount:"+ns+":"+rbac.Name, "system:serviceaccounts")
@@ -69,8 +69,8 @@ func TestStoreSplitsAcrossConfigMaps(t *testing.T) {
 		"logs/operator-0.log": random(t, 1500<<10), "logs/operator-1.log": random(t, 1000<<10), "perfdata/p.json": []byte("{}")}
 	writeFiles(t, out, want)
 	writeFiles(t, out, map[string][]byte{"scratch.tmp": []byte("not the suite's")})
-	name := runner.ConfigMapName("big")
-	stored, err := runner.Store(ctx, sa, ns, name, "big", "PASSED", out)
+	name := incluster.ConfigMapName("big")
+	stored, err := incluster.Store(ctx, sa, ns, name, "big", "PASSED", out)
 	if err != nil {
 		t.Fatalf("storing 2.5 MiB as the runner: %v", err)
 	}
@@ -78,7 +78,7 @@ func TestStoreSplitsAcrossConfigMaps(t *testing.T) {
 		t.Errorf("stored %+v, want 3 parts and nothing dropped", stored)
 	}
 	back := t.TempDir()
-	got, err := runner.Retrieve(ctx, env.Client, ns, "big", back, runner.RetrieveOptions{})
+	got, err := incluster.Retrieve(ctx, env.Client, ns, "big", back, incluster.RetrieveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestStoreSplitsAcrossConfigMaps(t *testing.T) {
 			t.Errorf("%s came back as %d bytes (%v), want %d", name, len(b), err, len(data))
 		}
 	}
-	st, err := runner.Status(ctx, env.Client, ns, "big")
+	st, err := incluster.Status(ctx, env.Client, ns, "big")
 	if err != nil || st.Verdict != "PASSED" {
 		t.Errorf("Status: %+v, %v; want the stored verdict", st, err)
 	}
@@ -113,7 +113,7 @@ func TestStoreSplitsAcrossConfigMaps(t *testing.T) {
 	huge := t.TempDir()
 	writeFiles(t, huge, map[string][]byte{"results.json": []byte(`{"verdict":"PASSED"}`),
 		"logs/a.log": random(t, 5<<20), "logs/b.log": random(t, 4<<20), "logs/c.log": []byte("small")})
-	stored, err = runner.Store(ctx, sa, ns, name, "big", "PASSED", huge)
+	stored, err = incluster.Store(ctx, sa, ns, name, "big", "PASSED", huge)
 	if err != nil {
 		t.Fatalf("storing 9 MiB as the runner: %v", err)
 	}
@@ -121,16 +121,16 @@ func TestStoreSplitsAcrossConfigMaps(t *testing.T) {
 		t.Errorf("stored %+v, want logs/a.log dropped and 4 MiB in 5 parts", stored)
 	}
 	back = t.TempDir()
-	got, err = runner.Retrieve(ctx, env.Client, ns, "big", back, runner.RetrieveOptions{})
+	got, err = incluster.Retrieve(ctx, env.Client, ns, "big", back, incluster.RetrieveOptions{})
 	if err != nil || !slices.Equal(got.Dropped, []string{"logs/a.log"}) || len(got.Files) != 3 {
 		t.Errorf("retrieved %+v, %v; want 3 files and logs/a.log named as dropped", got, err)
 	}
 	small := t.TempDir()
 	writeFiles(t, small, map[string][]byte{"results.json": []byte(`{}`)})
-	if stored, err = runner.Store(ctx, sa, ns, name, "big", "FAILED", small); err != nil || len(stored.Parts) != 1 {
+	if stored, err = incluster.Store(ctx, sa, ns, name, "big", "FAILED", small); err != nil || len(stored.Parts) != 1 {
 		t.Fatalf("storing again: %+v, %v", stored, err)
 	}
-	for _, part := range runner.PartNames(name)[1:] {
+	for _, part := range incluster.PartNames(name)[1:] {
 		var cm corev1.ConfigMap
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: part}, &cm); err != nil || len(cm.BinaryData) > 0 {
 			t.Errorf("part %s after a one-part store: %d keys, %v; want it there and empty", part, len(cm.BinaryData), err)

@@ -1,4 +1,4 @@
-package runner_test
+package incluster_test
 
 import (
 	"archive/tar"
@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -71,19 +71,19 @@ func craft(t *testing.T, entries ...entry) []byte {
 
 // retrieveCrafted stores archive as run r1's results, as anyone who can
 // write its ConfigMap could, and retrieves it into dir.
-func retrieveCrafted(t *testing.T, archive []byte, dir string, force bool) (runner.Retrieved, error) {
+func retrieveCrafted(t *testing.T, archive []byte, dir string, force bool) (incluster.Retrieved, error) {
 	t.Helper()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "runner", Name: runner.ConfigMapName("r1")},
-		BinaryData: map[string][]byte{runner.ResultsKey: archive}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "runner", Name: incluster.ConfigMapName("r1")},
+		BinaryData: map[string][]byte{incluster.ResultsKey: archive}}
 	c := fake.NewClientBuilder().WithScheme(local.Scheme).WithObjects(cm).Build()
-	return runner.Retrieve(context.Background(), c, "runner", "r1", dir, runner.RetrieveOptions{Force: force})
+	return incluster.Retrieve(context.Background(), c, "runner", "r1", dir, incluster.RetrieveOptions{Force: force})
 }
 
 // Retrieve checks the whole archive before it writes anything: a bomb,
 // too many files, names the suite does not write (a dotfile in the home
 // folder it may be pointed at), links and duplicates are refused.
 func TestRetrieveRefusesCraftedArchives(t *testing.T) {
-	many := make([]entry, runner.MaxRetrievedEntries+1)
+	many := make([]entry, incluster.MaxRetrievedEntries+1)
 	for i := range many {
 		many[i] = entry{name: fmt.Sprintf("logs/%d.log", i), body: "x"}
 	}
@@ -165,10 +165,10 @@ func TestRetrieveOverwritesOnlyWithForce(t *testing.T) {
 
 // An index may name only the run's own parts: not another ConfigMap.
 func TestRetrieveIndexNamesOnlyTheRunsParts(t *testing.T) {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "runner", Name: runner.ConfigMapName("r1")},
-		Data: map[string]string{runner.IndexKey: `{"parts":["gpulab-conformance-results-r1","someone-elses"],"size":10,"sha256":"x"}`}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "runner", Name: incluster.ConfigMapName("r1")},
+		Data: map[string]string{incluster.IndexKey: `{"parts":["gpulab-conformance-results-r1","someone-elses"],"size":10,"sha256":"x"}`}}
 	c := fake.NewClientBuilder().WithScheme(local.Scheme).WithObjects(cm).Build()
-	_, err := runner.Retrieve(context.Background(), c, "runner", "r1", t.TempDir(), runner.RetrieveOptions{})
+	_, err := incluster.Retrieve(context.Background(), c, "runner", "r1", t.TempDir(), incluster.RetrieveOptions{})
 	if err == nil || !strings.Contains(err.Error(), "someone-elses") {
 		t.Errorf("Retrieve: %v, want the foreign part refused", err)
 	}

@@ -1,4 +1,4 @@
-package runner_test
+package incluster_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpulab/gpulab/conformance/runner"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -34,18 +34,18 @@ func TestStatusSeesRunsThatNeverStart(t *testing.T) {
 	const ns = "runner-status"
 	submit := func(id string) *batchv1.Job {
 		t.Helper()
-		if _, err := runner.Submit(ctx, c, runner.Options{Namespace: ns, Image: "i", RunID: id}); err != nil {
+		if _, err := incluster.Submit(ctx, c, incluster.Options{Namespace: ns, Image: "i", RunID: id}); err != nil {
 			t.Fatal(err)
 		}
 		var job batchv1.Job
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: runner.JobName(id)}, &job); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: incluster.JobName(id)}, &job); err != nil {
 			t.Fatal(err)
 		}
 		return &job
 	}
-	follow := func(id string) (runner.State, string, error) {
+	follow := func(id string) (incluster.State, string, error) {
 		var log bytes.Buffer
-		st, err := runner.Follow(ctx, c, cs, ns, id, &log, runner.FollowOptions{StartTimeout: 2 * time.Second, Interval: 100 * time.Millisecond})
+		st, err := incluster.Follow(ctx, c, cs, ns, id, &log, incluster.FollowOptions{StartTimeout: 2 * time.Second, Interval: 100 * time.Millisecond})
 		return st, log.String(), err
 	}
 
@@ -59,8 +59,8 @@ func TestStatusSeesRunsThatNeverStart(t *testing.T) {
 	if err := c.Create(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
-	st, err := runner.Status(ctx, c, ns, "quota")
-	if err != nil || st.Phase != runner.PhasePending || !strings.Contains(st.Reason, "FailedCreate: "+msg) {
+	st, err := incluster.Status(ctx, c, ns, "quota")
+	if err != nil || st.Phase != incluster.PhasePending || !strings.Contains(st.Reason, "FailedCreate: "+msg) {
 		t.Errorf("Status of a Job that cannot create its pod: %+v, %v", st, err)
 	}
 	start := time.Now()
@@ -82,15 +82,15 @@ func TestStatusSeesRunsThatNeverStart(t *testing.T) {
 	if err := c.Status().Update(ctx, failed); err != nil {
 		t.Fatal(err)
 	}
-	if st, _, err := follow("failed"); err == nil || st.Phase != runner.PhaseFailed || !strings.Contains(err.Error(), "DeadlineExceeded") {
+	if st, _, err := follow("failed"); err == nil || st.Phase != incluster.PhaseFailed || !strings.Contains(err.Error(), "DeadlineExceeded") {
 		t.Errorf("Follow of a failed Job: %+v, %v; want Failed naming DeadlineExceeded", st, err)
 	}
 
 	// The pod failed before its container ran (evicted): no exit code,
 	// no verdict, and no waiting either.
 	submit("evicted")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "evicted-pod", Labels: map[string]string{runner.RunnerLabel: "evicted"}},
-		Spec: runner.Job(runner.Options{Namespace: ns, Image: "i", RunID: "evicted"}).Spec.Template.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "evicted-pod", Labels: map[string]string{incluster.RunnerLabel: "evicted"}},
+		Spec: incluster.Job(incluster.Options{Namespace: ns, Image: "i", RunID: "evicted"}).Spec.Template.Spec}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -98,15 +98,15 @@ func TestStatusSeesRunsThatNeverStart(t *testing.T) {
 	if err := c.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if st, _, err := follow("evicted"); err == nil || st.Phase != runner.PhaseFailed || st.ExitCode != -1 || !strings.Contains(err.Error(), "Evicted") {
+	if st, _, err := follow("evicted"); err == nil || st.Phase != incluster.PhaseFailed || st.ExitCode != -1 || !strings.Contains(err.Error(), "Evicted") {
 		t.Errorf("Follow of an evicted pod: %+v, %v; want Failed naming the eviction", st, err)
 	}
 
 	// A suite that exited 1 (FAILED) fails its Job too: that is the run's
 	// verdict, not a runner failure.
 	done := submit("done")
-	pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "done-pod", Labels: map[string]string{runner.RunnerLabel: "done"}},
-		Spec: runner.Job(runner.Options{Namespace: ns, Image: "i", RunID: "done"}).Spec.Template.Spec}
+	pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "done-pod", Labels: map[string]string{incluster.RunnerLabel: "done"}},
+		Spec: incluster.Job(incluster.Options{Namespace: ns, Image: "i", RunID: "done"}).Spec.Template.Spec}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestStatusSeesRunsThatNeverStart(t *testing.T) {
 	if err := c.Status().Update(ctx, done); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := runner.Status(ctx, c, ns, "done"); err != nil || st.Phase != runner.PhaseFinished || st.ExitCode != 1 {
+	if st, err := incluster.Status(ctx, c, ns, "done"); err != nil || st.Phase != incluster.PhaseFinished || st.ExitCode != 1 {
 		t.Errorf("Status of a FAILED run: %+v, %v; want Finished, exit 1", st, err)
 	}
 }

@@ -1,4 +1,4 @@
-package runner_test
+package incluster_test
 
 import (
 	"context"
@@ -17,21 +17,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/rbac"
-	"github.com/gpulab/gpulab/conformance/runner"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
 // The runner's own objects must never carry the run's label: the run
 // deletes everything with it at its end, its own pod included.
 func TestRunnerPodIsNotTheRunsToDelete(t *testing.T) {
-	job := runner.Job(runner.Options{Image: "gpulab-conformance:dev", RunID: "r1", Args: []string{"--max-gpus=8"}})
+	job := incluster.Job(incluster.Options{Image: "gpulab-conformance:dev", RunID: "r1", Args: []string{"--max-gpus=8"}})
 	for _, l := range []map[string]string{job.Labels, job.Spec.Template.Labels} {
 		if _, ok := l[cleanup.RunIDLabel]; ok {
 			t.Errorf("runner labels %v carry %s", l, cleanup.RunIDLabel)
 		}
-		if l[runner.RunnerLabel] != "r1" {
-			t.Errorf("runner labels %v lack %s=r1", l, runner.RunnerLabel)
+		if l[incluster.RunnerLabel] != "r1" {
+			t.Errorf("runner labels %v lack %s=r1", l, incluster.RunnerLabel)
 		}
 	}
 	spec := job.Spec.Template.Spec
@@ -54,7 +54,7 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	env := envtest.StartForTest(t, envtest.Options{})
 	c := env.Client
 	ctx := context.Background()
-	const ns = runner.DefaultNamespace
+	const ns = incluster.DefaultNamespace
 
 	// A reviewed install of the ClusterRole is there first: used, never
 	// changed or deleted.
@@ -62,22 +62,22 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if err := c.Create(ctx, theirs); err != nil {
 		t.Fatal(err)
 	}
-	created, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"})
+	created, err := incluster.Submit(ctx, c, incluster.Options{Image: "gpulab-conformance:dev", RunID: "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if slices.ContainsFunc(created, func(s string) bool { return strings.HasPrefix(s, "ClusterRole ") }) || len(created) != 5 {
 		t.Errorf("Submit created %v: want the namespace, admission policy and its binding, ServiceAccount and role binding, not the existing ClusterRole", created)
 	}
-	if _, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(err) {
+	if _, err := incluster.Submit(ctx, c, incluster.Options{Image: "gpulab-conformance:dev", RunID: "r1"}); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("submitting run r1 twice: %v, want AlreadyExists", err)
 	}
-	if created, err := runner.Submit(ctx, c, runner.Options{Image: "gpulab-conformance:dev", RunID: "r2"}); err != nil || len(created) != 0 {
+	if created, err := incluster.Submit(ctx, c, incluster.Options{Image: "gpulab-conformance:dev", RunID: "r2"}); err != nil || len(created) != 0 {
 		t.Errorf("a second run: created %v, %v; want the shared objects reused", created, err)
 	}
 
 	// Before anything is stored: a Pending run without a verdict.
-	st, err := runner.Status(ctx, c, ns, "r1")
+	st, err := incluster.Status(ctx, c, ns, "r1")
 	if err != nil || st.Phase != "Pending" || st.Verdict != "" {
 		t.Errorf("Status before the pod: %+v, %v", st, err)
 	}
@@ -85,8 +85,8 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	// and no kubelet, so the test creates the Job's pod and writes what a
 	// kubelet would. The namespace enforces restricted Pod Security, which
 	// the Job's pod passes.
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1-pod", Labels: map[string]string{runner.RunnerLabel: "r1"}},
-		Spec: runner.Job(runner.Options{Image: "gpulab-conformance:dev", RunID: "r1"}).Spec.Template.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1-pod", Labels: map[string]string{incluster.RunnerLabel: "r1"}},
+		Spec: incluster.Job(incluster.Options{Image: "gpulab-conformance:dev", RunID: "r1"}).Spec.Template.Spec}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -104,15 +104,15 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := runner.Store(ctx, c, ns, runner.ConfigMapName("r1"), "r1", "PARTIAL", out); err != nil {
+	if _, err := incluster.Store(ctx, c, ns, incluster.ConfigMapName("r1"), "r1", "PARTIAL", out); err != nil {
 		t.Fatal(err)
 	}
-	st, err = runner.Status(ctx, c, ns, "r1")
+	st, err = incluster.Status(ctx, c, ns, "r1")
 	if err != nil || st.Phase != "Finished" || st.ExitCode != 3 || st.Verdict != "PARTIAL" || st.Pod != "r1-pod" {
 		t.Errorf("Status after the run: %+v, %v", st, err)
 	}
 	back := t.TempDir()
-	got, err := runner.Retrieve(ctx, c, ns, "r1", back, runner.RetrieveOptions{})
+	got, err := incluster.Retrieve(ctx, c, ns, "r1", back, incluster.RetrieveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,22 +126,22 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	}
 
 	// A stored name that would leave the folder is refused.
-	evil := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: runner.ConfigMapName("evil")},
-		BinaryData: map[string][]byte{runner.ResultsKey: craft(t, entry{name: "../escape", body: "x"})}}
+	evil := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: incluster.ConfigMapName("evil")},
+		BinaryData: map[string][]byte{incluster.ResultsKey: craft(t, entry{name: "../escape", body: "x"})}}
 	if err := c.Create(ctx, evil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runner.Retrieve(ctx, c, ns, "evil", t.TempDir(), runner.RetrieveOptions{}); err == nil || !strings.Contains(err.Error(), "not a file inside") {
+	if _, err := incluster.Retrieve(ctx, c, ns, "evil", t.TempDir(), incluster.RetrieveOptions{}); err == nil || !strings.Contains(err.Error(), "not a file inside") {
 		t.Errorf("Retrieve of ../escape: %v", err)
 	}
 
 	// Cleaning up r1 keeps what r2 still uses; cleaning up r2 removes what
 	// Submit created, and leaves the ClusterRole it found.
-	deleted, err := runner.Cleanup(ctx, c, ns, "r1")
+	deleted, err := incluster.Cleanup(ctx, c, ns, "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, obj := range runner.RunObjects(ns, "r1")[:3] { // the Job and the first two results ConfigMaps
+	for _, obj := range incluster.RunObjects(ns, "r1")[:3] { // the Job and the first two results ConfigMaps
 		if want := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*v1.") + " " + ns + "/" + obj.GetName(); !slices.Contains(deleted, want) {
 			t.Errorf("Cleanup r1 deleted %v, want %s among them", deleted, want)
 		}
@@ -150,7 +150,7 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 		t.Errorf("Cleanup r1 deleted %v: only run r1's objects, r2 still uses the rest", deleted)
 	}
 	// An older submit's namespace-wide results Role goes with the rest.
-	legacy := metav1.ObjectMeta{Namespace: ns, Name: rbac.Name + "-results", Labels: map[string]string{runner.ManagedByLabel: runner.ManagedBy}}
+	legacy := metav1.ObjectMeta{Namespace: ns, Name: rbac.Name + "-results", Labels: map[string]string{incluster.ManagedByLabel: incluster.ManagedBy}}
 	if err := c.Create(ctx, &rbacv1.Role{ObjectMeta: legacy}); err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +158,11 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: legacy.Name}}); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err = runner.Cleanup(ctx, c, ns, "r2")
+	deleted, err = incluster.Cleanup(ctx, c, ns, "r2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Job " + ns + "/" + runner.JobName("r2"), "ClusterRoleBinding " + rbac.Name, "Namespace " + ns,
+	for _, want := range []string{"Job " + ns + "/" + incluster.JobName("r2"), "ClusterRoleBinding " + rbac.Name, "Namespace " + ns,
 		"Role " + ns + "/" + legacy.Name, "RoleBinding " + ns + "/" + legacy.Name} {
 		if !slices.Contains(deleted, want) {
 			t.Errorf("Cleanup r2 deleted %v, want %s among them", deleted, want)
@@ -180,7 +180,7 @@ func TestSubmitStoreRetrieveCleanup(t *testing.T) {
 	if err := c.Create(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runner.Submit(ctx, c, runner.Options{Namespace: "other-runner", Image: "gpulab-conformance:dev", RunID: "r3"}); err == nil ||
+	if _, err := incluster.Submit(ctx, c, incluster.Options{Namespace: "other-runner", Image: "gpulab-conformance:dev", RunID: "r3"}); err == nil ||
 		!strings.Contains(err.Error(), "--runner-namespace") || !strings.Contains(err.Error(), "ServiceAccount gpulab-system/gpulab-conformance") {
 		t.Errorf("submitting beside another namespace's binding: %v, want a refusal naming --runner-namespace", err)
 	}
