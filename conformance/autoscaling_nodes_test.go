@@ -16,6 +16,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/autoscale"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/karpenter"
 )
 
 // nodeWatch follows the autoscaled nodes, and Karpenter's NodeClaims,
@@ -68,7 +69,7 @@ func (w *nodeWatch) observe(ctx context.Context) error {
 		return nil
 	}
 	var claims unstructured.UnstructuredList
-	claims.SetGroupVersionKind(autoscale.NodeClaimKind.GroupVersion().WithKind("NodeClaimList"))
+	claims.SetGroupVersionKind(karpenter.NodeClaimKind.GroupVersion().WithKind("NodeClaimList"))
 	if err := cluster.Client.List(ctx, &claims, client.MatchingLabels(w.selector)); err != nil {
 		return err
 	}

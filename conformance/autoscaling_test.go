@@ -22,7 +22,9 @@ import (
 	"github.com/gpulab/gpulab/conformance/bare"
 	"github.com/gpulab/gpulab/conformance/footprint"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/gang"
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -96,7 +98,7 @@ func findAutoscaler(ctx context.Context) autoscalerState {
 		return autoscalerState{name: "none", why: fmt.Sprintf("the %s testbed runs no node autoscaler unless asked: --autoscaler=karpenter starts Karpenter (local)", opts.Profile)}
 	}
 	var pools unstructured.UnstructuredList
-	pools.SetGroupVersionKind(autoscale.NodePoolKind.GroupVersion().WithKind("NodePoolList"))
+	pools.SetGroupVersionKind(karpenter.NodePoolKind.GroupVersion().WithKind("NodePoolList"))
 	if err := cluster.Client.List(ctx, &pools); err != nil {
 		why := fmt.Sprintf("Karpenter's NodePools are not served (%v)", err)
 		if opts.Autoscaler == "karpenter" {
@@ -118,7 +120,7 @@ func findAutoscaler(ctx context.Context) autoscalerState {
 	var withGPUs, all []string
 	for _, p := range pools.Items {
 		all = append(all, p.GetName())
-		if _, ok, _ := unstructured.NestedFieldNoCopy(p.Object, "spec", "limits", autoscale.GPUResource); ok {
+		if _, ok, _ := unstructured.NestedFieldNoCopy(p.Object, "spec", "limits", string(gfd.GPUResource)); ok {
 			withGPUs = append(withGPUs, p.GetName())
 		}
 	}
@@ -177,7 +179,7 @@ type ascView struct {
 // on Karpenter, --node-selector for cluster-autoscaler.
 func (ascView) selector() map[string]string {
 	if asc.name == "karpenter" {
-		return map[string]string{autoscale.NodePoolLabel: asc.nodePool}
+		return map[string]string{karpenter.NodePoolLabel: asc.nodePool}
 	}
 	return opts.NodeSelector
 }
@@ -189,7 +191,7 @@ func readView(ctx context.Context, t *testing.T) ascView {
 	switch asc.name {
 	case "karpenter":
 		np := &unstructured.Unstructured{}
-		np.SetGroupVersionKind(autoscale.NodePoolKind)
+		np.SetGroupVersionKind(karpenter.NodePoolKind)
 		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: asc.nodePool}, np); err != nil {
 			fatalf(t, "reading NodePool %s: %v", asc.nodePool, err)
 		}
@@ -247,7 +249,7 @@ func ascAffinity(worker bool) *corev1.Affinity {
 	}
 	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-			{Key: autoscale.NodePoolLabel, Operator: op, Values: []string{asc.nodePool}}}}}}}}
+			{Key: karpenter.NodePoolLabel, Operator: op, Values: []string{asc.nodePool}}}}}}}}
 }
 
 // ascTemplate is podTemplate, placed for autoscaling: not pinned to the
@@ -256,7 +258,7 @@ func ascAffinity(worker bool) *corev1.Affinity {
 func ascTemplate(container string, gpus int32, worker bool) corev1.PodTemplateSpec {
 	tmpl := podTemplate(container, gpus)
 	tmpl.Spec.Affinity = ascAffinity(worker)
-	tmpl.Annotations = map[string]string{autoscale.DoNotDisrupt: "true"}
+	tmpl.Annotations = map[string]string{gang.DoNotDisruptAnnotation: "true"}
 	return tmpl
 }
 

@@ -11,26 +11,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpulab/gpulab/internal/gfd"
 )
 
-// Karpenter's kinds, read as unstructured: the suite does not depend on
-// Karpenter's Go module.
-var (
-	NodePoolKind  = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}
-	NodeClaimKind = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"}
-)
-
-// NodePoolLabel is the label Karpenter puts on the nodes (and NodeClaims)
-// of a NodePool: karpenter.sh/nodepool=<name>.
-const NodePoolLabel = "karpenter.sh/nodepool"
-
-// DoNotDisrupt is the pod annotation that keeps Karpenter's consolidation
-// from evicting a pod (gpulab's operator puts it on every member).
-const DoNotDisrupt = "karpenter.sh/do-not-disrupt"
-
-// GPUResource is the extended resource a NodePool limits.
-const GPUResource = "nvidia.com/gpu"
+// gpuResource is the extended resource a NodePool limits.
+const gpuResource = string(gfd.GPUResource)
 
 // Pool is what the feature reads of a NodePool.
 type Pool struct {
@@ -47,12 +33,12 @@ type Pool struct {
 // PoolOf reads a NodePool.
 func PoolOf(np *unstructured.Unstructured) (Pool, error) {
 	p := Pool{Name: np.GetName(), LimitGPUs: -1}
-	if q, ok, err := quantity(np.Object, "spec", "limits", GPUResource); err != nil {
+	if q, ok, err := quantity(np.Object, "spec", "limits", gpuResource); err != nil {
 		return p, fmt.Errorf("NodePool %s: spec.limits: %w", p.Name, err)
 	} else if ok {
 		p.LimitGPUs = q
 	}
-	if q, ok, err := quantity(np.Object, "status", "resources", GPUResource); err != nil {
+	if q, ok, err := quantity(np.Object, "status", "resources", gpuResource); err != nil {
 		return p, fmt.Errorf("NodePool %s: status.resources: %w", p.Name, err)
 	} else if ok {
 		p.UsedGPUs = q

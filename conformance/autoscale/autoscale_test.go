@@ -10,11 +10,11 @@ import (
 func nodePool(limit any, used any, after string) *unstructured.Unstructured {
 	spec := map[string]any{"disruption": map[string]any{"consolidateAfter": after}}
 	if limit != nil {
-		spec["limits"] = map[string]any{GPUResource: limit}
+		spec["limits"] = map[string]any{gpuResource: limit}
 	}
 	obj := map[string]any{"metadata": map[string]any{"name": "gpu"}, "spec": spec}
 	if used != nil {
-		obj["status"] = map[string]any{"resources": map[string]any{GPUResource: used}}
+		obj["status"] = map[string]any{"resources": map[string]any{gpuResource: used}}
 	}
 	return &unstructured.Unstructured{Object: obj}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 )
 
@@ -55,7 +56,7 @@ func TestGrow(t *testing.T) {
 func TestNodePools(t *testing.T) {
 	np := func(name string, obj map[string]any) unstructured.Unstructured {
 		u := unstructured.Unstructured{Object: obj}
-		u.SetGroupVersionKind(capacity.NodePoolKind)
+		u.SetGroupVersionKind(karpenter.NodePoolKind)
 		u.SetName(name)
 		return u
 	}

@@ -3,14 +3,9 @@ package capacity
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpulab/gpulab/internal/gfd"
 )
-
-// NodePoolKind is Karpenter's NodePool, read as unstructured so that the
-// operator does not depend on Karpenter's Go module.
-var NodePoolKind = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}
 
 // NodePools turns Karpenter NodePools into the pools Grow judges: the GPU
 // products their nodes may carry (the GFD product label, set on the

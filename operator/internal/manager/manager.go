@@ -33,8 +33,8 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/internal/version"
-	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpucluster"
 	"github.com/gpulab/gpulab/operator/internal/controller/gpujob"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
@@ -193,8 +193,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	mopts := ctrl.Options{
-		Scheme:                        Scheme,
-		Cache:                         cacheOpts,
+		Scheme: Scheme,
+		Cache:  cacheOpts,
+		// Unstructured reads from the cache too: the only such kind is
+		// Karpenter's NodePool, which the GPUCluster controller already
+		// watches, so its reads need no round trip of their own.
+		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
 		PprofBindAddress:              opts.PprofBindAddress,
@@ -257,7 +261,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, err
 	}
-	nodePools, err := served(mgr, capacity.NodePoolKind, "Karpenter's NodePool API")
+	nodePools, err := served(mgr, karpenter.NodePoolKind, "Karpenter's NodePool API")
 	if err != nil {
 		return nil, err
 	}

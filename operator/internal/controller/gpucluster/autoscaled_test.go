@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/operator/internal/capacity"
+	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/operator/internal/testutil"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
@@ -39,7 +39,7 @@ func nodePool(t *testing.T, c client.Client, name string, gpus int) {
 		"limits":   map[string]any{"nvidia.com/gpu": fmt.Sprint(gpus)},
 		"template": map[string]any{"spec": map[string]any{"nodeClassRef": map[string]any{"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}},
 	}}}
-	np.SetGroupVersionKind(capacity.NodePoolKind)
+	np.SetGroupVersionKind(karpenter.NodePoolKind)
 	np.SetName(name)
 	if err := c.Create(t.Context(), np); err != nil {
 		t.Fatal(err)

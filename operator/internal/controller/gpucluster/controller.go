@@ -32,6 +32,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/operator/internal/cachesync"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 	"github.com/gpulab/gpulab/operator/internal/metrics"
@@ -218,7 +219,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	if r.opts.NodePoolsServed {
 		nodePool := &unstructured.Unstructured{}
-		nodePool.SetGroupVersionKind(capacity.NodePoolKind)
+		nodePool.SetGroupVersionKind(karpenter.NodePoolKind)
 		b = b.Watches(nodePool, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return r.unschedulableClusters(ctx)
 		}))

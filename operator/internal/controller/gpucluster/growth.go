@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/operator/internal/capacity"
 )
 
@@ -22,11 +23,11 @@ func (r *Reconciler) judgeGrowth(ctx context.Context, s *scope, fleet []capacity
 	}
 	var pools []capacity.Pool
 	if r.opts.NodePoolsServed {
-		// Read only for a gang that does not fit, which is rare: no
-		// informer's worth of NodePools is kept for it.
+		// From the cache the NodePool watch fills: every NodePool change
+		// wakes the clusters that do not fit, and each reads them here.
 		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(capacity.NodePoolKind.GroupVersion().WithKind("NodePoolList"))
-		if err := r.apiReader.List(ctx, list); err != nil {
+		list.SetGroupVersionKind(karpenter.NodePoolKind.GroupVersion().WithKind("NodePoolList"))
+		if err := r.client.List(ctx, list); err != nil {
 			return fmt.Errorf("listing Karpenter NodePools: %w", err)
 		}
 		pools = capacity.NodePools(list.Items)
