@@ -46,6 +46,13 @@ func TestTheShippedRoleIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAllowed(t, cfg, "create", "gpulab.io", "gpuclusters", true)
+	// The autoscaling feature reads Karpenter's objects and never writes
+	// them: the autoscaler adds and removes nodes, not the suite.
+	waitAllowed(t, cfg, "list", "karpenter.sh", "nodepools", true)
+	waitAllowed(t, cfg, "list", "karpenter.sh", "nodeclaims", true)
+	waitAllowed(t, cfg, "update", "karpenter.sh", "nodepools", false)
+	waitAllowed(t, cfg, "create", "karpenter.sh", "nodeclaims", false)
+	waitAllowed(t, cfg, "delete", "karpenter.sh", "nodeclaims", false)
 	// The preflight asks whether the policy confines this ServiceAccount:
 	// wait until the API server has loaded it.
 	waitConfined(t, cfg)

@@ -87,6 +87,13 @@ func checkAccess(t *testing.T, c client.Client) {
 		{operator, "gpulab-system", "coordination.k8s.io", "leases", "gpu-node-1", "delete", false},
 		{operator, "gpulab-system", "", "events", "", "create", true},
 		{operator, "gpulab-system", "events.k8s.io", "events", "", "create", true},
+		// Karpenter's NodePools are read for capacity that can come, never
+		// written: the autoscaler is the cluster's.
+		{operator, "", "karpenter.sh", "nodepools", "", "list", true},
+		{operator, "", "karpenter.sh", "nodepools", "", "watch", true},
+		{operator, "", "karpenter.sh", "nodepools", "gpu", "update", false},
+		{operator, "", "karpenter.sh", "nodepools", "", "create", false},
+		{operator, "", "karpenter.sh", "nodeclaims", "", "create", false},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: a.user,
