@@ -9,6 +9,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
@@ -86,10 +89,23 @@ func TestController(t *testing.T) {
 			// the pool's CPU, so the gang fits on small nodes (kind's).
 			workers := crashWorkers(ctx, t)
 			desired := int(workers) + 1
+			// In the run's own namespace a pod quota holds the gang half
+			// made: the leader creates half its pods and is refused the
+			// rest, so the kill lands mid-creation however fast the
+			// operator creates and however slowly the cluster kills (a
+			// pod's deletion on kind). A shared --namespace gets none (it
+			// would hold back its other pods too): there the kill follows
+			// the first pod, racing the creates.
+			made, lift := 1, func() {}
+			if s.ownNS {
+				made = desired / 2
+				lift = holdPods(ctx, t, s, made)
+				defer lift()
+			}
 			s.gang(ctx, "crash", workerGroup{"workers", workers, 0})
-			// React to the first pod's watch event itself, not a poll.
-			if err := s.recorder.WaitFor(ctx, 30*time.Second, "crash", func(tl measure.Timeline) bool { return tl.Pods > 0 }); err != nil {
-				fatalf(t, "the operator never started creating pods: %v", err)
+			// React to the pods' watch events themselves, not a poll.
+			if err := s.recorder.WaitFor(ctx, 30*time.Second, "crash", func(tl measure.Timeline) bool { return tl.Pods >= made }); err != nil {
+				fatalf(t, "the operator never created the gang's first %d pods: %v", made, err)
 			}
 			killed := time.Now()
 			if err := kill(); errors.Is(err, errNoStandby) {
@@ -117,6 +133,8 @@ func TestController(t *testing.T) {
 			}
 			failover := time.Since(killed)
 			measured(results.Value(name, "leader_failover", "seconds", failover.Seconds()))
+			// The new leader makes the rest once the quota is gone.
+			lift()
 			s.waitReady(ctx, "crash", opts.ReadyTimeout)
 			measured(results.Value(name, "kill_to_ready", "seconds", time.Since(killed).Seconds()))
 			if n := crashPods(ctx, t, s); n != desired {
@@ -126,6 +144,32 @@ func TestController(t *testing.T) {
 			return ctx
 		}).feature()
 	testenv.Test(t, f)
+}
+
+// holdPods sets a quota of n pods on the scenario's namespace, and waits
+// until the quota controller has counted it (until then the API server
+// refuses every pod). lift deletes it; it may be called more than once.
+func holdPods(ctx context.Context, t *testing.T, s *scenario, n int) (lift func()) {
+	t.Helper()
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpulab-failover-hold"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(n), resource.DecimalSI)}}}
+	if err := s.add(ctx, q); err != nil {
+		fatalf(t, "holding the gang at %d pods with a quota: %v", n, err)
+	}
+	if err := waitFor(ctx, 30*time.Second, func() (bool, string) {
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+			return false, err.Error()
+		}
+		_, counted := q.Status.Hard[corev1.ResourcePods]
+		return counted, "the quota controller has not counted quota " + q.Name
+	}); err != nil {
+		fatalf(t, "%v", err)
+	}
+	return func() {
+		if err := s.c.Delete(ctx, q); err != nil && !apierrors.IsNotFound(err) {
+			failf(t, "lifting the pod quota: %v", err)
+		}
+	}
 }
 
 // crashPods counts the failover gang's pods: the run's (by its label) of

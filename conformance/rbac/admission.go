@@ -112,6 +112,8 @@ func (c Confinement) checks() []check {
 			"the conformance runner may only create or delete pods in namespaces labelled " + RunLabel +
 				", its own pods (labelled " + RunLabel + ") in a namespace labelled " + GuestLabel + "=true, and delete " +
 				operatorName + " pods in " + c.OperatorNamespace},
+		{"!variables.isQuota || variables.runNamespace",
+			"the conformance runner may only create or delete resource quotas in namespaces labelled " + RunLabel},
 		{podCreate + "object.spec.?serviceAccountName.orValue('') in ['', 'default'] && object.spec.?serviceAccount.orValue('') in ['', 'default']",
 			"the conformance runner's pods run as the default ServiceAccount"},
 		{podCreate + "!object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false) && !object.spec.?hostIPC.orValue(false)",
@@ -134,7 +136,8 @@ func (c Confinement) checks() []check {
 }
 
 // AdmissionPolicy confines what the runner's ServiceAccount does with the
-// namespaces and pods its role lets it create and delete anywhere.
+// namespaces, pods and resource quotas its role lets it create and delete
+// anywhere.
 func AdmissionPolicy(c Confinement) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	c = c.withDefaults()
 	fail := admissionregistrationv1.Fail
@@ -148,7 +151,7 @@ func AdmissionPolicy(c Confinement) *admissionregistrationv1.ValidatingAdmission
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Delete},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"namespaces", "pods"}},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"namespaces", "pods", "resourcequotas"}},
 				},
 			}, {
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
@@ -161,12 +164,13 @@ func AdmissionPolicy(c Confinement) *admissionregistrationv1.ValidatingAdmission
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "isPod", Expression: "request.resource.resource == 'pods'"},
 				{Name: "isLease", Expression: "request.resource.resource == 'leases'"},
+				{Name: "isQuota", Expression: "request.resource.resource == 'resourcequotas'"},
 				{Name: "podCreate", Expression: "variables.isPod && request.operation == 'CREATE'"},
 				{Name: "namespaceCreate", Expression: "request.resource.resource == 'namespaces' && request.operation == 'CREATE'"},
 				{Name: "namespaceDelete", Expression: "request.resource.resource == 'namespaces' && request.operation == 'DELETE'"},
 				// The object's labels: the old object's on DELETE, which has no new one.
 				{Name: "labels", Expression: "request.operation == 'DELETE' ? oldObject.metadata.?labels.orValue({}) : object.metadata.?labels.orValue({})"},
-				{Name: "namespaceLabels", Expression: "variables.isPod ? namespaceObject.metadata.?labels.orValue({}) : {}"},
+				{Name: "namespaceLabels", Expression: "variables.isPod || variables.isQuota ? namespaceObject.metadata.?labels.orValue({}) : {}"},
 				{Name: "runNamespace", Expression: "variables.namespaceLabels[?" + q(RunLabel) + "].orValue('') != ''"},
 				{Name: "guestNamespace", Expression: "variables.namespaceLabels[?" + q(GuestLabel) + "].orValue('') == 'true'"},
 				{Name: "ownPod", Expression: "variables.labels[?" + q(RunLabel) + "].orValue('') != ''"},

@@ -11,7 +11,7 @@
 // can: it lets the runner create namespaces only with the run's label and
 // restricted Pod Security, delete only those, and create or delete pods
 // only there (as the default ServiceAccount, nothing privileged, nothing
-// of the node's). The suite never updates or patches anything: every
+// of the node's), and create or delete resource quotas only there. The suite never updates or patches anything: every
 // object it changes it created, and it only creates and deletes. Checks
 // that only the local testbed runs (XID injection annotates nodes) are not
 // in the rules.
@@ -61,6 +61,7 @@ func Rules() []Rule {
 		{"", "namespaces", manage, "a namespace per scenario, deleted after; --namespace is read (the admission policy: only the run's, restricted)", nil},
 		{"", "pods", manage, "probe and filler pods; the run's pods counted and waited for; the operator's leader found and, with --disruptive, force-deleted (the admission policy: only in the run's namespaces, unprivileged)", nil},
 		{"", "nodes", read, "the GPU pool: allocatable, cordons, labels", nil},
+		{"", "resourcequotas", []string{"get", "create", "delete"}, "with --disruptive, a pod quota holds the failover gang half-made while the operator's leader is killed (the admission policy: only in the run's namespaces)", nil},
 		{"gpulab.io", "gpuclusters", manage, "the gangs of --workload=gpucluster and the invalid ones the API must refuse", nil},
 		{"gpulab.io", "gpujobs", manage, "the job feature", nil},
 		{"gpulab.io", "gpuinventories", read, "the inventory feature", nil},

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
@@ -76,6 +77,13 @@ func pod(name string) *corev1.Pod {
 	p := probe.Pod(probe.Spec{Name: name, Node: "gpu-0", Image: "busybox"})
 	p.Labels = map[string]string{rbac.RunLabel: "confined"}
 	return p
+}
+
+// podQuota is a quota of one pod in ns, as the controller feature's
+// failover sets one.
+func podQuota(ns string) *corev1.ResourceQuota {
+	return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "confined-hold"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
 }
 
 // TestTheRunnerIsConfined impersonates the runner's ServiceAccount under
@@ -190,6 +198,17 @@ func TestTheRunnerIsConfined(t *testing.T) {
 		refused("deleting kube-node-lease", "may only delete namespaces labelled", c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-node-lease"}}))
 		refused("deleting a namespace without the run label", "may only delete namespaces labelled", c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "confined-other"}}))
 
+		// The failover's pod quota: only in a run's namespace, where it
+		// can hold back nobody's pods but the run's.
+		const quotaRefusal = "may only create or delete resource quotas in namespaces labelled " + rbac.RunLabel
+		refused("a resource quota in kube-system", quotaRefusal, c.Create(ctx, podQuota("kube-system")))
+		refused("a resource quota in a lent namespace", quotaRefusal, c.Create(ctx, podQuota("confined-guest")))
+		othersQuota := podQuota("confined-other")
+		if err := admin.Create(ctx, othersQuota); err != nil {
+			t.Fatal(err)
+		}
+		refused("deleting a resource quota in a namespace nobody lent it", quotaRefusal, c.Delete(ctx, othersQuota))
+
 		// A pod of gpulab-system that is not the operator's.
 		other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "confined-not-operator"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
@@ -259,6 +278,16 @@ func TestTheRunnerIsConfined(t *testing.T) {
 			t.Errorf("creating its own pod in a lent namespace: %v", err)
 		} else if err := c.Delete(ctx, own); err != nil {
 			t.Errorf("deleting its own pod in a lent namespace: %v", err)
+		}
+		// --disruptive's failover: a pod quota in the run's namespace,
+		// read back and lifted.
+		q := podQuota(ns.Name)
+		if err := c.Create(ctx, q); err != nil {
+			t.Errorf("creating a pod quota in a run's namespace: %v", err)
+		} else if err := c.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+			t.Errorf("reading the pod quota: %v", err)
+		} else if err := c.Delete(ctx, q); err != nil {
+			t.Errorf("deleting the pod quota: %v", err)
 		}
 		// The run lock and a marker, taken, renewed and released.
 		for _, l := range []*coordinationv1.Lease{
