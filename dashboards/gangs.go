@@ -1,25 +1,36 @@
 package dashboards
 
-// Gangs is the gang-scheduling dashboard: where GPUClusters are in their
-// lifecycle, how long gangs take to bind and become Ready, why the operator
-// refuses some, and what Volcano sees.
+// Gangs is the gang-scheduling dashboard: the nodes and the gangs waiting
+// for them, where GPUClusters are in their lifecycle, how long gangs take
+// to bind and become Ready, why the operator refuses some, and what
+// Volcano sees.
 func Gangs() *Dashboard {
 	const c = `{` + clusterMatcher + `}`
 	const q = `{` + clusterMatcher + `, queue_name=~"$queue"}`
 	d := newDashboard("gpulab-gangs", "gpulab / Gangs",
-		"GPUClusters by phase, time to bound and Ready, unschedulable decisions, and Volcano's scheduling latency and unschedulable gangs.",
+		"Nodes and pending gangs, GPUClusters by phase, time to bound and Ready, unschedulable decisions, and Volcano's scheduling latency and unschedulable gangs.",
 		clusterVariable(`{__name__=~"gpulab_clusters|volcano_queue_pod_group_running_count"}`),
 		labelValues("queue", "queue_name", `volcano_queue_pod_group_running_count`+c, "Volcano queues."),
 	)
-	// gpulab_clusters and gpulab_jobs come from the leader; max over a
-	// cluster's replicas ignores a replica that has not reconciled yet (it
-	// reports nothing) and never double-counts during a hand-over. The sum
-	// over clusters comes after.
+	// gpulab_clusters, gpulab_jobs and gpulab_nodes come from the leader;
+	// max over a cluster's replicas ignores a replica that has not
+	// reconciled yet (it reports nothing) and never double-counts during a
+	// hand-over. The sum over clusters comes after.
 	phases := func(metric, phase string) string {
 		return `max by (cluster, phase) (` + metric + `{` + clusterMatcher + phase + `})`
 	}
-	return d.row("GPUClusters").add(
-		stacked("GPUClusters by phase", "GPUClusters in each phase (Pending, Unschedulable, Scheduling, Provisioning, Ready, Suspended, Failed), as the operator's leader last saw them.", "short", 12,
+	nodes := func(class string) string {
+		return `sum(max by (cluster, gpu, autoscaled) (gpulab_nodes{` + clusterMatcher + class + `}))`
+	}
+	return d.row("Nodes and pending gangs").add(
+		timeseriesPanel("Nodes", "Every node, those with GPUs (allocatable nvidia.com/gpu or a GFD product label), and those an autoscaler added (Karpenter's karpenter.sh/nodepool label; other autoscalers' nodes are not told apart), as the operator's leader sees them. Read beside Pending gangs: nodes arriving while gangs wait is the autoscaler at work.", "short", 12,
+			query(nodes(""), "nodes"),
+			query(nodes(`, gpu="true"`), "GPU nodes"),
+			query(nodes(`, autoscaled="true"`), "added by an autoscaler")),
+		stacked("Pending gangs", "GPUClusters whose gang waits, by phase: Pending (accepted, pods not yet created), WaitingForNodes (larger than today's nodes: its pods wait for the autoscaler), Unschedulable (can never fit). The top of the stack is every pending gang.", "short", 12,
+			query(`sum by (phase) (`+phases("gpulab_clusters", `, phase=~"Pending|WaitingForNodes|Unschedulable"`)+`)`, "{{phase}}")),
+	).row("GPUClusters").add(
+		stacked("GPUClusters by phase", "GPUClusters in each phase (Pending, Unschedulable, WaitingForNodes, Scheduling, Provisioning, Ready, Suspended, Failed), as the operator's leader last saw them.", "short", 12,
 			query(`sum by (phase) (`+phases("gpulab_clusters", "")+`)`, "{{phase}}")),
 		timeseriesPanel("Waiting GPUClusters", "GPUClusters not yet bound (Pending, Scheduling) or bound but not Ready (Provisioning), and those that can never fit (Unschedulable).", "short", 12,
 			query(`sum(`+phases("gpulab_clusters", `, phase=~"Pending|Scheduling"`)+`)`, "waiting to bind"),

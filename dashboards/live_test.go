@@ -2,23 +2,14 @@ package dashboards_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"math"
 	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,12 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/dashboards"
-	pollpkg "github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -232,6 +221,7 @@ func TestQueriesOnTestbed(t *testing.T) {
 
 	checkChecker(ctx, t, prom, start)
 	checkDashboards(ctx, t, prom, start, dcgmAddr)
+	checkNodeCount(ctx, t, prom, start, fleet)
 	checkRulesLive(ctx, t, prom)
 }
 
@@ -248,6 +238,24 @@ func checkChecker(ctx context.Context, t *testing.T, prom *promAPI, start time.T
 	if n, err := prom.values(ctx, `up`, false, start, hasNoData.keep); err != nil || hasNoData.ok(n) {
 		t.Errorf("up passed the no-data check (%d series, %v)", n, err)
 	}
+}
+
+// checkNodeCount checks gpulab_nodes counts what the operator's node watch
+// saw, not only the zeros every class starts at: every node of the fleet,
+// none of them added by an autoscaler.
+func checkNodeCount(ctx context.Context, t *testing.T, prom *promAPI, start time.Time, fleet local.Fleet) {
+	want := 0
+	for _, e := range fleet {
+		want += e.Count
+	}
+	expr := fmt.Sprintf(`sum(max by (gpu, autoscaled) (gpulab_nodes{cluster=%q, gpu="true", autoscaled="false"})) == %d`, liveCluster, want)
+	poll(t, time.Minute, fmt.Sprintf("gpulab_nodes to count the fleet's %d GPU nodes", want), func() (bool, string) {
+		n, err := prom.values(ctx, expr, true, start, hasData.keep)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n > 0, fmt.Sprintf("no series for %s", expr)
+	})
 }
 
 // checkRulesLive checks the shipped rules evaluate without error on real
@@ -417,254 +425,6 @@ func checkTargets(ctx context.Context, t *testing.T, prom *promAPI, d dashboard,
 	}
 }
 
-// serveDCGMExporter serves the recorded DCGM exporter page as its /metrics
-// and returns its address.
-func serveDCGMExporter(t *testing.T) string {
-	t.Helper()
-	page, err := os.ReadFile(filepath.Join("testdata", "dcgm-exporter.prom"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_, _ = w.Write(page)
-	}))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
-}
-
-// addScrapeJob adds a job scraping addr, its series labelled cluster, to a
-// copy of the shipped Prometheus config.
-func addScrapeJob(t *testing.T, config, job, addr, cluster string) {
-	t.Helper()
-	var cfg map[string]any
-	readYAML(t, config, &cfg)
-	jobs, _ := cfg["scrape_configs"].([]any)
-	cfg["scrape_configs"] = append(jobs, map[string]any{
-		"job_name":       job,
-		"static_configs": []any{map[string]any{"targets": []string{addr}, "labels": map[string]string{"cluster": cluster}}},
-	})
-	b, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(config, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-var labelValuesRE = regexp.MustCompile(`^label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)$`)
-
-// substitute resolves variables as Grafana does with "All" selected on a
-// multi-value variable: a regex alternation of every value.
-func substitute(expr string, vals map[string][]string, start time.Time) string {
-	return varRef.ReplaceAllStringFunc(expr, func(ref string) string {
-		name := strings.Trim(ref, "${}")
-		switch name {
-		case "__rate_interval":
-			return "1m" // 4 x the local scrape interval of 5s, rounded up
-		case "__interval":
-			return "5s"
-		case "__range":
-			return strconv.Itoa(int(time.Since(start).Seconds())+1) + "s"
-		}
-		quoted := make([]string, 0, len(vals[name]))
-		for _, v := range vals[name] {
-			quoted = append(quoted, strings.ReplaceAll(regexp.QuoteMeta(v), `\`, `\\`))
-		}
-		return "(" + strings.Join(quoted, "|") + ")"
-	})
-}
-
-// promAPI is a minimal client of Prometheus's HTTP API.
-type promAPI struct{ base string }
-
-func (p *promAPI) get(ctx context.Context, path string, q url.Values, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path+"?"+q.Encode(), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	var env struct {
-		Status string          `json:"status"`
-		Error  string          `json:"error"`
-		Data   json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		return fmt.Errorf("%s: HTTP %d: %s", path, resp.StatusCode, body)
-	}
-	if env.Status != "success" {
-		return fmt.Errorf("%s: %s", path, env.Error)
-	}
-	return json.Unmarshal(env.Data, out)
-}
-
-// variableValues answers a variable's query as Grafana does:
-// label_values(selector, label) from the series API over [start, now],
-// query_result(expr) from an instant query at now, each result line
-// (`{label="value", ...} value timestamp`) cut down to regex's first group.
-func (p *promAPI) variableValues(ctx context.Context, query, regex string, start time.Time) ([]string, error) {
-	if m := queryResultRE.FindStringSubmatch(query); m != nil {
-		return p.queryResult(ctx, m[1], regex)
-	}
-	m := labelValuesRE.FindStringSubmatch(query)
-	if m == nil {
-		return nil, fmt.Errorf("unsupported variable query %q", query)
-	}
-	var series []map[string]string
-	q := url.Values{"match[]": {m[1]}, "start": {unix(start)}, "end": {unix(time.Now())}}
-	if err := p.get(ctx, "/api/v1/series", q, &series); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, s := range series {
-		if v, ok := s[m[2]]; ok && v != "" && !slices.Contains(out, v) {
-			out = append(out, v)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-func (p *promAPI) queryResult(ctx context.Context, expr, regex string) ([]string, error) {
-	re, err := grafanaRegex(regex)
-	if err != nil {
-		return nil, err
-	}
-	var res struct {
-		Result []struct {
-			Metric map[string]string `json:"metric"`
-			Value  []any             `json:"value"`
-		} `json:"result"`
-	}
-	if err := p.get(ctx, "/api/v1/query", url.Values{"query": {expr}, "time": {unix(time.Now())}}, &res); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, r := range res.Result {
-		labels := make([]string, 0, len(r.Metric))
-		for k, v := range r.Metric {
-			labels = append(labels, fmt.Sprintf("%s=%q", k, v))
-		}
-		slices.Sort(labels)
-		line := fmt.Sprintf("{%s} %v %v", strings.Join(labels, ", "), r.Value[1], r.Value[0])
-		if m := re.FindStringSubmatch(line); m != nil && !slices.Contains(out, m[1]) {
-			out = append(out, m[1])
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// values runs expr as an instant query at now or a range query over
-// [start, now] and counts the series with at least one non-NaN value keep
-// accepts. A parse error is returned as an error.
-func (p *promAPI) values(ctx context.Context, expr string, instant bool, start time.Time, keep func(float64) bool) (int, error) {
-	var res struct {
-		Result []struct {
-			Value  []any   `json:"value"`
-			Values [][]any `json:"values"`
-		} `json:"result"`
-	}
-	now := time.Now()
-	if instant {
-		if err := p.get(ctx, "/api/v1/query", url.Values{"query": {expr}, "time": {unix(now)}}, &res); err != nil {
-			return 0, err
-		}
-	} else {
-		q := url.Values{"query": {expr}, "start": {unix(start)}, "end": {unix(now)}, "step": {"5"}}
-		if err := p.get(ctx, "/api/v1/query_range", q, &res); err != nil {
-			return 0, err
-		}
-	}
-	n := 0
-	for _, r := range res.Result {
-		points := r.Values
-		if r.Value != nil {
-			points = append(points, r.Value)
-		}
-		for _, pt := range points {
-			if s, ok := pt[1].(string); ok {
-				if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(f) && keep(f) {
-					n++
-					break
-				}
-			}
-		}
-	}
-	return n, nil
-}
-
-func unix(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64) }
-
-// poll calls cond until it holds or the timeout passes, then fails with
-// cond's last detail.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	if err := pollpkg.Until(t.Context(), timeout, cond); err != nil {
-		t.Errorf("waiting for %s: %v", what, err)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startProcess runs a binary with its output in dir/<name>.log and stops it
-// by PID when the test ends (SIGTERM, then SIGKILL after 10 seconds).
-func startProcess(t *testing.T, dir, name, bin string, args ...string) {
-	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	// Its exit status is not checked: it is stopped by a signal.
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				t.Logf("%s log (last 4 KiB):\n%s", name, tail(b, 4096))
-			}
-		}
-	})
-}
-
 // runSuite runs the conformance suite against the testbed as against any
 // cluster (profile cluster: the operator this test runs serves it) and
 // pushes its results: latency at scale 2, and the inventory feature, whose
@@ -718,13 +478,6 @@ func runSuite(ctx context.Context, t *testing.T, c client.Client, suite, kubecon
 		t.Errorf("namespace %s held %d GPUClusters before the run and %d after: the run must delete its own and only those", ns, len(before.Items), len(after.Items))
 	}
 	t.Logf("conformance run:\n%s", tail(log, 2048))
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
 }
 
 // gpuCluster is a head and workers; workers take gpus H100s each (none when

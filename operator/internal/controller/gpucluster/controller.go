@@ -204,6 +204,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(r.leaseChanged())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.clustersForNode),
 			builder.WithPredicates(nodeCapacityChanged)).
+		// gpulab_nodes, from every node event; enqueues nothing.
+		Watches(&corev1.Node{}, r.metrics.NodeEvents()).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
 			ReconciliationTimeout:   r.opts.ReconcileTimeout,
