@@ -50,7 +50,8 @@ func dryRunRooms(ctx context.Context) ([]footprint.Node, string, error) {
 		return rooms, fmt.Sprintf("a new local testbed %q", opts.TestbedName), nil
 	}
 	if opts.Profile == "kind" {
-		return nil, "", fmt.Errorf("--profile=kind creates its cluster first; dry-run an existing one with --profile=cluster")
+		// The CLI refuses it first (RunOptions.validate) with the command that works.
+		return nil, "", fmt.Errorf("--profile=kind creates its cluster first; dry-run an existing one with --profile=cluster --kubeconfig")
 	}
 	env, err := profile.Connect(ctx, profile.Options{Kubeconfig: opts.Kubeconfig, Context: opts.Context, OperatorNamespace: opts.OperatorNamespace, Workload: opts.Workload,
 		NativeGangs: nativeGangs()})

@@ -80,6 +80,7 @@ func TestParseRunRejects(t *testing.T) {
 		{[]string{"--timeout=-1m"}, "--timeout must be positive"},
 		{[]string{"--kubeconfig=/x"}, "--kubeconfig is for --profile=cluster"},
 		{[]string{"--real-gpus"}, "--real-gpus needs real GPUs"},
+		{[]string{"--profile=kind", "--dry-run"}, "run --profile=cluster --kubeconfig=<the kind cluster's kubeconfig> --dry-run"},
 		{[]string{"--profile=cluster", "--fleet=dgx-h100=1"}, "--fleet sizes the local testbed"},
 		{[]string{"--fleet=dgx-z9=1"}, "--fleet:"},
 		{[]string{"--namespace=Team_A"}, `--namespace="Team_A"`},

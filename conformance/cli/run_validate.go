@@ -93,6 +93,10 @@ func (o *RunOptions) validate(set map[string]bool) error {
 			}
 		}
 	}
+	if o.Profile == "kind" && o.DryRun {
+		return errors.New("--profile=kind --dry-run: the kind profile creates its cluster first, so there is nothing to plan on yet; " +
+			"on a kind cluster that is up, run --profile=cluster --kubeconfig=<the kind cluster's kubeconfig> --dry-run")
+	}
 	switch o.Workload {
 	case "gpucluster", "raycluster", "vcjob", "bare":
 	default:

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -242,8 +243,9 @@ func TestInterruptedRunCleansUp(t *testing.T) {
 	}
 }
 
-// TestDryRunPrintsThePlan: --dry-run says what a run would use and
-// creates nothing (here: not even the local testbed).
+// TestDryRunPrintsThePlan: --dry-run says what a run would use, with the
+// requirements table of docs/conformance/cluster.md's "What PASSED needs",
+// and creates nothing (here: not even the local testbed).
 func TestDryRunPrintsThePlan(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the conformance suite; skipped with -short")
@@ -265,10 +267,16 @@ func TestDryRunPrintsThePlan(t *testing.T) {
 		"latency      create at once: 2 x (1 head + 2 workers x 4 GPUs) = 16 GPUs",
 		"overcommitted: 2 gangs of 2 x 8 GPUs, 1 fit at once",
 		"run-id=",
+		"requirements (asked ones this run cannot evidence make it PARTIAL",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the plan lacks %q:\n%s", want, out)
 		}
+	}
+	// The local testbed serves DRA devices, so its run asks for
+	// dra_support and can evidence it.
+	if !regexp.MustCompile(`(?m)^  dra_support +asked +can be evidenced$`).Match(out) {
+		t.Errorf("the requirements table has no dra_support line that can be evidenced:\n%s", out)
 	}
 	if _, err := os.Stat(tb.Workdir()); !os.IsNotExist(err) {
 		t.Errorf("a dry run created the testbed's directory %s (%v)", tb.Workdir(), err)

@@ -57,6 +57,14 @@ func suiteRunsInCluster(ctx context.Context, t *testing.T, c *Cluster, cs kubern
 		return string(out), code
 	}
 
+	// The plan first, as a user would: on this cluster, with --disruptive,
+	// the requirements table says robust_controller can be evidenced.
+	plan, code := cli("run", "--profile=cluster", "--dry-run", "--disruptive", "--image="+WorkloadImage)
+	if code != 0 || !strings.Contains(plan, "requirements (asked ones this run cannot evidence make it PARTIAL") ||
+		!regexp.MustCompile(`(?m)^  robust_controller +asked +can be evidenced$`).MatchString(plan) {
+		t.Errorf("--dry-run on kind: exit %d, want 0 and the requirements table with robust_controller evidenced:\n%s", code, plan)
+	}
+
 	start = time.Now()
 	out, code := cli("submit", "--runner-image="+ConformanceImage, "--runner-pull-policy=Never",
 		"--image="+WorkloadImage, "--submitter-image="+WorkloadImage, "--feature=^controller$", "--requirements=robust_controller", "--disruptive", "--timeout=10m")
