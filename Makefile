@@ -183,14 +183,14 @@ PROFILE           ?= local
 SUITE_EXIT_FILE ?=
 suite_exit = if [[ -n "$(SUITE_EXIT_FILE)" ]]; then echo $$rc > "$(SUITE_EXIT_FILE)"; exit 0; fi; exit $$rc
 # A cluster profile runs on nodes that exist: nothing to build for them.
-SUITE_BINARIES = $(if $(filter cluster,$(PROFILE)),,testbed-binaries)
+SUITE_BINARIES = $(if $(filter cluster,$(PROFILE)),,$(if $(filter karpenter,$(TESTBED_AUTOSCALER)),testbed-binaries-karpenter,testbed-binaries))
 
 .PHONY: conformance
-conformance: $(SUITE_BINARIES) ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind|cluster, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes, GPU_ALLOCATION=extended-resource|dra) and print the report; hack/suite-exit.sh conformance returns its exit code (0 passed, 1 failed, 3 partial).
+conformance: $(SUITE_BINARIES) ## Run the conformance suite on a fresh local testbed (PROFILE=local|kind|cluster, CONFORMANCE_SCALE=100, WORKLOAD=gpucluster|raycluster|vcjob|bare, SCHEDULER=volcano|kubernetes, GPU_ALLOCATION=extended-resource|dra, TESTBED_AUTOSCALER=karpenter) and print the report; hack/suite-exit.sh conformance returns its exit code (0 passed, 1 failed, 3 partial).
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
 	rc=0; $(BIN)/gpulab-conformance run --verbose --timeout=40m --profile=$(PROFILE) --workload=$(WORKLOAD) --scheduler=$(SCHEDULER) --gpu-allocation=$(GPU_ALLOCATION) --scale=$(CONFORMANCE_SCALE) \
-		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator) $(CONFORMANCE_ARGS) || rc=$$?; \
+		--out=$(CONFORMANCE_OUT) $(if $(filter local,$(PROFILE)),--operator-binary=$(BIN)/gpulab-operator $(if $(filter karpenter,$(TESTBED_AUTOSCALER)),--autoscaler=karpenter)) $(CONFORMANCE_ARGS) || rc=$$?; \
 	$(suite_exit)
 
 NIGHTLY_RUNS     ?= 3
@@ -248,6 +248,20 @@ compare-schedulers: $(TESTBED) ## Measure the same gangs on each Volcano of SCHE
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-schedulers ./conformance/cmd/compare-schedulers
 	$(BIN)/compare-schedulers --scale=$(SCHEDULERS_SCALE) --rounds=$(SCHEDULERS_ROUNDS) --volcano-versions=$(SCHEDULERS_VOLCANOS) \
 		--suite=$(BIN)/gpulab-conformance --operator-binary=$(BIN)/gpulab-operator --out=$(SCHEDULERS_OUT)
+
+COMPARE_AUTOSCALING_ROUNDS    ?= 3
+COMPARE_AUTOSCALING_WORKLOADS ?= gpucluster,bare,raycluster,vcjob
+COMPARE_AUTOSCALING_TESTBED   ?= gpulab-autoscaling
+COMPARE_AUTOSCALING_OUT       ?= $(CURDIR)/_artifacts/compare-autoscaling
+.PHONY: compare-autoscaling
+compare-autoscaling: $(TESTBED) ## Run the autoscaling feature on a local testbed with Karpenter for Volcano and Kubernetes' native gangs, each with COMPARE_AUTOSCALING_WORKLOADS (pairs that cannot run it are findings): a warm-up and COMPARE_AUTOSCALING_ROUNDS rotating rounds; print the table with intervals.
+	$(TESTBED) build --autoscaler=karpenter $(if $(findstring raycluster,$(COMPARE_AUTOSCALING_WORKLOADS)),--kuberay)
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
+	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-autoscaling ./conformance/cmd/compare-autoscaling
+	$(BIN)/compare-autoscaling --rounds=$(COMPARE_AUTOSCALING_ROUNDS) --workloads=$(COMPARE_AUTOSCALING_WORKLOADS) \
+		--testbed-name=$(COMPARE_AUTOSCALING_TESTBED) --suite=$(BIN)/gpulab-conformance --operator-binary=$(BIN)/gpulab-operator \
+		--out=$(COMPARE_AUTOSCALING_OUT)
 
 BENCH_SCALES ?= 10,100,300,1000
 BENCH_OUT    ?= $(CURDIR)/_artifacts/bench-scale

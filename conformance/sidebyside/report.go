@@ -2,9 +2,11 @@
 // the conformance suite on the same testbeds in rotating order over
 // several rounds: operators (gpulab's --workload=gpucluster, KubeRay's
 // --workload=raycluster and the floor without any operator,
-// --workload=bare; Run) and gang schedulers (Volcano versions and
-// Kubernetes' native gangs; RunSchedulers), each a declaration of its
-// testbeds and sides on the benchmarks' harness (conformance/bench). It
+// --workload=bare; Run), gang schedulers (Volcano versions and
+// Kubernetes' native gangs; RunSchedulers) and node autoscaling (the
+// autoscaling feature per stack and workload with Karpenter;
+// RunAutoscaling), each a declaration of its testbeds and sides on the
+// benchmarks' harness (conformance/bench). It
 // renders the ranges over the rounds and the ratios of the medians with
 // their bootstrap intervals.
 package sidebyside
