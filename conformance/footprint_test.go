@@ -255,7 +255,12 @@ func placePod(spec *corev1.PodSpec, image string) {
 		spec.NodeSelector[k] = v
 	}
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: string(gfd.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-	if !fp.pinned {
+	// With an autoscaler, pods are pinned to the footprint's nodes even
+	// when it is the whole pool: a scenario sized to the free capacity must
+	// not have the autoscaler grow it (no new node can have a pool node's
+	// name), nor use a node the autoscaling feature left to consolidate.
+	// (The autoscaling feature places its own pods: ascAffinity.)
+	if !fp.pinned && asc.name != "karpenter" {
 		return
 	}
 	// A node-name field selector takes one value, so one term (ORed) per
