@@ -32,6 +32,7 @@ import (
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/testbed"
 )
 
 // Options configures a profile.
@@ -110,7 +111,11 @@ func LocalAutoscalerMaxGPUs(fleet local.Fleet) int {
 
 // Environment is a prepared cluster.
 type Environment struct {
-	Profile   string
+	Profile string
+	// Testbed is the cluster: a *local.Testbed, a *kind.Cluster, or a
+	// testbed.Existing for the cluster profile, whose Down does nothing.
+	// Teardown takes it down unless kept.
+	Testbed   testbed.Testbed
 	Config    *rest.Config
 	Client    client.Client
 	Operators []*OperatorProcess // local only
@@ -125,9 +130,14 @@ type Environment struct {
 	Confinement       string
 	operatorBinary    string
 	operatorNamespace string
-	testbed           *local.Testbed
-	kind              *kind.Cluster
 	keep              bool
+}
+
+// local is the local profile's testbed, for what only it has (its
+// processes' ports, the versions it ran); nil on the other profiles.
+func (e *Environment) local() *local.Testbed {
+	tb, _ := e.Testbed.(*local.Testbed)
+	return tb
 }
 
 // Setup prepares the profile's cluster.
@@ -228,7 +238,7 @@ func setupLocalOnce(ctx context.Context, opts Options) (*Environment, error) {
 		return nil, err
 	}
 	// keep applies once setup succeeded; a failed setup always cleans up.
-	env := &Environment{Profile: "local", Name: opts.TestbedName, HasGPULab: true, testbed: tb}
+	env := &Environment{Profile: "local", Name: opts.TestbedName, HasGPULab: true, Testbed: tb}
 	fail := func(err error) (*Environment, error) {
 		return nil, errors.Join(err, env.Teardown(context.WithoutCancel(ctx)))
 	}
@@ -373,7 +383,7 @@ func Connect(ctx context.Context, opts Options) (*Environment, error) {
 			return nil, err
 		}
 	}
-	env := &Environment{Profile: "cluster", Name: name, Config: cfg, Client: c, HasGPULab: hasGPULab, Confinement: confinement, operatorNamespace: opts.OperatorNamespace}
+	env := &Environment{Profile: "cluster", Testbed: testbed.Existing{ClusterName: name, Path: opts.Kubeconfig}, Name: name, Config: cfg, Client: c, HasGPULab: hasGPULab, Confinement: confinement, operatorNamespace: opts.OperatorNamespace}
 	return env, nil
 }
 
@@ -414,21 +424,19 @@ func setupKind(ctx context.Context, opts Options) (*Environment, error) {
 	if err != nil {
 		return nil, errors.Join(err, kc.Down(context.WithoutCancel(ctx)))
 	}
-	env.Profile, env.Name, env.kind, env.keep = "kind", "gpulab-conformance", kc, opts.Keep
+	env.Profile, env.Name, env.Testbed, env.keep = "kind", "gpulab-conformance", kc, opts.Keep
 	return env, nil
 }
 
-// Teardown stops the operators and the local testbed (unless kept).
+// Teardown stops the operators and takes the testbed down (unless kept;
+// an existing cluster's Down does nothing).
 func (e *Environment) Teardown(ctx context.Context) error {
 	var errs []error
 	for _, op := range e.Operators {
 		errs = append(errs, op.Stop())
 	}
-	if e.testbed != nil && !e.keep {
-		errs = append(errs, e.testbed.Down(ctx))
-	}
-	if e.kind != nil && !e.keep {
-		errs = append(errs, e.kind.Down(ctx))
+	if e.Testbed != nil && !e.keep {
+		errs = append(errs, e.Testbed.Down(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -436,10 +444,11 @@ func (e *Environment) Teardown(ctx context.Context) error {
 // AgentMetricsURL is the gpulab-agent's /metrics on the local testbed ("" on
 // other profiles, where a Prometheus URL must be given instead).
 func (e *Environment) AgentMetricsURL(ctx context.Context) string {
-	if e.testbed == nil {
+	tb := e.local()
+	if tb == nil {
 		return ""
 	}
-	s, err := e.testbed.Status(ctx)
+	s, err := tb.Status(ctx)
 	if err != nil || s.Ports.AgentMetrics == 0 {
 		return ""
 	}
@@ -476,10 +485,10 @@ func (e *Environment) Describe(ctx context.Context, scale int, clusterName strin
 			env.KubernetesVersion = v.GitVersion
 		}
 	}
-	if e.Profile == "local" && e.testbed != nil {
+	if tb := e.local(); tb != nil {
 		// The version the testbed came up with ($GPULAB_VOLCANO_VERSION
 		// or the default), as it recorded it.
-		env.VolcanoVersion = e.testbed.Versions().Volcano
+		env.VolcanoVersion = tb.Versions().Volcano
 	}
 	// The suite gang-schedules through Volcano unless told otherwise.
 	env.Scheduler, env.SchedulerVersion = results.SchedulerVolcano, env.VolcanoVersion
@@ -500,7 +509,8 @@ func (e *Environment) Describe(ctx context.Context, scale int, clusterName strin
 // workload on the local profile: the gpulab leader for gpucluster, the
 // testbed's KubeRay for raycluster. Elsewhere it is "" (--operator-metrics-url).
 func (e *Environment) OperatorMetricsURL(ctx context.Context, workload string) (string, error) {
-	if e.testbed == nil {
+	tb := e.local()
+	if tb == nil {
 		return "", nil
 	}
 	switch workload {
@@ -511,7 +521,7 @@ func (e *Environment) OperatorMetricsURL(ctx context.Context, workload string) (
 		}
 		return leader.MetricsURL(), nil
 	case "raycluster":
-		s, err := e.testbed.Status(ctx)
+		s, err := tb.Status(ctx)
 		if err != nil {
 			return "", err
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/testbed"
 )
 
 func kubeconfig(t *testing.T, server string) string {
@@ -117,5 +118,22 @@ func TestLocalVolcanoVersion(t *testing.T) {
 		if got := localVolcanoVersion(Options{DRAGangs: tc.dra}); got != tc.want {
 			t.Errorf("DRAGangs %v, $%s=%q: %q, want %q", tc.dra, binaries.VolcanoVersionEnv, tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestExistingClusterHasNoLocalExtras: the cluster profile's testbed is an
+// existing cluster; Teardown leaves it alone, and what only the local
+// testbed knows (its processes' ports) is empty.
+func TestExistingClusterHasNoLocalExtras(t *testing.T) {
+	ctx := context.Background()
+	env := &Environment{Profile: "cluster", Testbed: testbed.Existing{ClusterName: "prod"}}
+	if url := env.AgentMetricsURL(ctx); url != "" {
+		t.Errorf("AgentMetricsURL = %q, want none", url)
+	}
+	if url, err := env.OperatorMetricsURL(ctx, "gpucluster"); url != "" || err != nil {
+		t.Errorf("OperatorMetricsURL = %q, %v, want none", url, err)
+	}
+	if err := env.Teardown(ctx); err != nil {
+		t.Errorf("Teardown: %v", err)
 	}
 }

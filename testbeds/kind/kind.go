@@ -33,6 +33,7 @@ import (
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
 	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/testbed"
 )
 
 // ErrInvalidName is returned for a cluster name that is not a DNS-1123 label.
@@ -110,6 +111,8 @@ type Cluster struct {
 	// NodeImage is the node image the cluster runs (set by Create).
 	NodeImage string
 }
+
+var _ testbed.Testbed = (*Cluster)(nil)
 
 // New checks the options and resolves the paths; it starts nothing.
 func New(ctx context.Context, opts Options) (*Cluster, error) {

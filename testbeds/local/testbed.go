@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpulab/gpulab/testbeds/internal/filelock"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/testbed"
 )
 
 // Options configures a local testbed. The zero value is a usable default.
@@ -105,6 +106,8 @@ func ValidateName(name string) error {
 type Testbed struct {
 	opts Options
 }
+
+var _ testbed.Testbed = (*Testbed)(nil)
 
 // New fills in defaults and checks the name; it starts nothing and touches
 // nothing on disk.
