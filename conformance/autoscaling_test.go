@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	batchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
@@ -141,8 +142,6 @@ func ascPrecheck(t *testing.T) {
 	switch {
 	case asc.name == "none":
 		skipf(t, "no node autoscaler: %s", asc.why)
-	case opts.Workload != "gpucluster" && opts.Workload != "bare":
-		skipf(t, "the autoscaling feature builds GPUClusters and bare gangs, not --workload=%s", opts.Workload)
 	case draMode():
 		skipf(t, "the autoscaling feature asks for nvidia.com/gpu; --gpu-allocation=dra gangs are not sized for new nodes yet")
 	case cluster.Profile == "cluster" && !opts.Disruptive:
@@ -300,6 +299,11 @@ func (s *scenario) ascGang(ctx context.Context, name string, workers, nodeGPUs i
 	case "bare":
 		obj = bare.Object(name, runLabels(), bare.Spec{Queue: queue, Head: ascTemplate("head", 0, false),
 			Groups: []bare.Group{{Name: "workers", Replicas: int32(workers), Template: ascTemplate("worker", int32(nodeGPUs), true)}}})
+	case "vcjob":
+		obj = volcanoJob(name, queue, []batchv1alpha1.TaskSpec{{Name: "head", Replicas: 1, Template: ascTemplate("head", 0, false)},
+			{Name: "workers", Replicas: int32(workers), Template: ascTemplate("worker", int32(nodeGPUs), true)}})
+	case "raycluster":
+		obj = rayCluster(name, queue, ascTemplate("ray-head", 0, false), []rayWorkers{{"workers", int32(workers), ascTemplate("ray-worker", int32(nodeGPUs), true)}})
 	default:
 		gc := gpuCluster(name, int32(workers), int32(nodeGPUs))
 		gc.Spec.Head.Template = ascTemplate("head", 0, false)
@@ -332,13 +336,21 @@ func scaleUpTimeout() time.Duration {
 	return opts.ReadyTimeout
 }
 
-// gangPods lists a gang's live pods by name.
+// gangPodList lists a gang's live pods: the run's pods in the scenario's
+// namespace whose controller is the gang's object, whichever workload.
 func (s *scenario) gangPodList(ctx context.Context, gang string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := s.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabels{gpulabv1alpha1.ClusterLabel: gang}); err != nil {
+	if err := s.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabels{RunIDLabel: opts.RunID}); err != nil {
 		return nil, err
 	}
-	return pods.Items, nil
+	kind := workload().recorded().Kind()
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == kind && ref.Name == gang {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 func ascScaleUp(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {

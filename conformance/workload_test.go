@@ -136,14 +136,21 @@ func (volcanoJobs) recorded() measure.Workload { return measure.VolcanoJobs{} }
 
 func (volcanoJobs) build(name string, groups []workerGroup) client.Object {
 	tasks := []batchv1alpha1.TaskSpec{{Name: "head", Replicas: 1, Template: podTemplate("head", 0)}}
-	total := int32(1)
 	for _, g := range groups {
 		tasks = append(tasks, batchv1alpha1.TaskSpec{Name: g.name, Replicas: g.n, Template: podTemplate("worker", g.gpus)})
-		total += g.n
+	}
+	return volcanoJob(name, fp.queue, tasks)
+}
+
+// volcanoJob is a Volcano Job of tasks in queue, the whole job its gang.
+func volcanoJob(name, queue string, tasks []batchv1alpha1.TaskSpec) *batchv1alpha1.Job {
+	total := int32(0)
+	for _, t := range tasks {
+		total += t.Replicas
 	}
 	return &batchv1alpha1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: fp.queue, MinAvailable: plantedMinAvailable(total),
+		Spec: batchv1alpha1.JobSpec{SchedulerName: "volcano", Queue: queue, MinAvailable: plantedMinAvailable(total),
 			Tasks: tasks},
 	}
 }
@@ -191,6 +198,23 @@ func (rayClusters) recorded() measure.Workload { return measure.RayClusters{} }
 // --batch-scheduler=volcano gives every RayCluster a PodGroup), with
 // autoscaling off so the gang is the spec's replicas.
 func (rayClusters) build(name string, groups []workerGroup) client.Object {
+	var workers []rayWorkers
+	for _, g := range groups {
+		workers = append(workers, rayWorkers{g.name, g.n, podTemplate("ray-worker", g.gpus)})
+	}
+	return rayCluster(name, fp.queue, podTemplate("ray-head", 0), workers)
+}
+
+// rayWorkers is a RayCluster's worker group: its replicas, fixed.
+type rayWorkers struct {
+	name     string
+	replicas int32
+	template corev1.PodTemplateSpec
+}
+
+// rayCluster is a RayCluster in queue with autoscaling off, so the gang is
+// the spec's replicas.
+func rayCluster(name, queue string, head corev1.PodTemplateSpec, groups []rayWorkers) *unstructured.Unstructured {
 	tmpl := func(t corev1.PodTemplateSpec) map[string]any {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&t)
 		if err != nil {
@@ -201,19 +225,19 @@ func (rayClusters) build(name string, groups []workerGroup) client.Object {
 	var workers []any
 	for _, g := range groups {
 		workers = append(workers, map[string]any{
-			"groupName": g.name, "replicas": int64(g.n), "minReplicas": int64(g.n), "maxReplicas": int64(g.n),
-			"rayStartParams": map[string]any{}, "template": tmpl(podTemplate("ray-worker", g.gpus)),
+			"groupName": g.name, "replicas": int64(g.replicas), "minReplicas": int64(g.replicas), "maxReplicas": int64(g.replicas),
+			"rayStartParams": map[string]any{}, "template": tmpl(g.template),
 		})
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"spec": map[string]any{
-			"headGroupSpec":    map[string]any{"rayStartParams": map[string]any{}, "template": tmpl(podTemplate("ray-head", 0))},
+			"headGroupSpec":    map[string]any{"rayStartParams": map[string]any{}, "template": tmpl(head)},
 			"workerGroupSpecs": workers,
 		},
 	}}
 	u.SetGroupVersionKind(measure.RayClusterGVK)
 	u.SetName(name)
-	u.SetLabels(map[string]string{"volcano.sh/queue-name": fp.queue})
+	u.SetLabels(map[string]string{"volcano.sh/queue-name": queue})
 	return u
 }
 

@@ -48,6 +48,12 @@ const autoscalingFeature = "^autoscaling$"
 // with its results instead of holding the rounds for the suite's hour.
 const autoscalingRunTimeout = 20 * time.Minute
 
+// autoscalingReadyTimeout is each run's --ready-timeout: kwok's nodes come
+// in seconds and a gang that scales up is Ready in under 5 s here, so a
+// stack that holds its gang (Volcano's enqueue) is told within a minute,
+// not the suite's default two.
+const autoscalingReadyTimeout = time.Minute
+
 // nodePoolDrainTimeout bounds the wait for the NodePool to be empty before
 // a run: the previous run's nodes go once Karpenter consolidates them.
 const nodePoolDrainTimeout = 5 * time.Minute
@@ -128,7 +134,8 @@ func (p AutoscalingPair) Label() string { return p.Stack.Label + ", " + p.Worklo
 // a scale-up asks for).
 func (p AutoscalingPair) SuiteFlags() []string {
 	return []string{"--scheduler=" + p.Stack.Scheduler, "--autoscaler=karpenter", "--nodepool=" + local.KarpenterNodePool,
-		"--disruptive", "--max-new-nodes=" + strconv.Itoa(autoscale.MaxScaleUp), "--timeout=" + autoscalingRunTimeout.String()}
+		"--disruptive", "--max-new-nodes=" + strconv.Itoa(autoscale.MaxScaleUp), "--timeout=" + autoscalingRunTimeout.String(),
+		"--ready-timeout=" + autoscalingReadyTimeout.String()}
 }
 
 // AutoscalingPairs are every stack with every workload, in row order, and
