@@ -16,6 +16,7 @@ var shipped = []struct{ name, pkg string }{
 	{"bench-scale", "./conformance/cmd/bench-scale"},
 	{"compare-operators", "./conformance/cmd/compare-operators"},
 	{"compare-schedulers", "./conformance/cmd/compare-schedulers"},
+	{"compare-autoscaling", "./conformance/cmd/compare-autoscaling"},
 }
 
 // TestEveryBinaryAnswersVersion builds each shipped binary with a stamped
