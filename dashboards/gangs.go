@@ -27,10 +27,10 @@ func Gangs() *Dashboard {
 			query(nodes(""), "nodes"),
 			query(nodes(`, gpu="true"`), "GPU nodes"),
 			query(nodes(`, autoscaled="true"`), "added by an autoscaler")),
-		stacked("Pending gangs", "GPUClusters whose gang waits, by phase: Pending (accepted, pods not yet created), WaitingForNodes (larger than today's nodes: its pods wait for the autoscaler), Unschedulable (can never fit). The top of the stack is every pending gang.", "short", 12,
+		stacked("Pending gangs", "GPUClusters whose gang waits, by phase: Pending (accepted, pods not yet created), WaitingForNodes (larger than today's nodes: its pods wait for the autoscaler), Unschedulable (can never fit). The top of the stack is every pending gang.",
 			query(`sum by (phase) (`+phases("gpulab_clusters", `, phase=~"Pending|WaitingForNodes|Unschedulable"`)+`)`, "{{phase}}")),
 	).row("GPUClusters").add(
-		stacked("GPUClusters by phase", "GPUClusters in each phase (Pending, Unschedulable, WaitingForNodes, Scheduling, Provisioning, Ready, Suspended, Failed), as the operator's leader last saw them.", "short", 12,
+		stacked("GPUClusters by phase", "GPUClusters in each phase (Pending, Unschedulable, WaitingForNodes, Scheduling, Provisioning, Ready, Suspended, Failed), as the operator's leader last saw them.",
 			query(`sum by (phase) (`+phases("gpulab_clusters", "")+`)`, "{{phase}}")),
 		timeseriesPanel("Waiting GPUClusters", "GPUClusters not yet bound (Pending, Scheduling) or bound but not Ready (Provisioning), and those that can never fit (Unschedulable).", "short", 12,
 			query(`sum(`+phases("gpulab_clusters", `, phase=~"Pending|Scheduling"`)+`)`, "waiting to bind"),
@@ -48,13 +48,13 @@ func Gangs() *Dashboard {
 		timeseriesPanel("Unschedulable decisions by reason", "Times the operator found a GPUCluster that can never fit the healthy GPU capacity (InsufficientGPUs, NoMatchingNodes) since the leader started; a step up is a new refusal. No pod is created for such a cluster.", "short", 12,
 			query(`sum by (reason) (gpulab_unschedulable_decisions_total`+c+`)`, "{{reason}}")),
 	).row("GPUJobs").add(
-		stacked("GPUJobs by phase", "GPUJobs in each phase (Pending, Provisioning, Running, Succeeded, Failed, Suspended), as the operator's leader last saw them.", "short", 12,
+		stacked("GPUJobs by phase", "GPUJobs in each phase (Pending, Provisioning, Running, Succeeded, Failed, Suspended), as the operator's leader last saw them.",
 			query(`sum by (phase) (`+phases("gpulab_jobs", "")+`)`, "{{phase}}")),
 		timeseriesPanel("GPUJob duration (p50, p99)", "Start to verdict of the GPUJobs that finished in the last 30 minutes, by result.", "s", 12,
 			query(`histogram_quantile(0.5, sum by (result, le) (rate(gpulab_job_duration_seconds_bucket`+c+`[30m])))`, "{{result}} p50"),
 			query(`histogram_quantile(0.99, sum by (result, le) (rate(gpulab_job_duration_seconds_bucket`+c+`[30m])))`, "{{result}} p99")),
 	).row("Volcano").add(
-		stacked("PodGroups by state", "PodGroups per Volcano state in the selected queues: Pending (not admitted), Inqueue (admitted, waiting for room), Running, Unknown (partly running).", "short", 12,
+		stacked("PodGroups by state", "PodGroups per Volcano state in the selected queues: Pending (not admitted), Inqueue (admitted, waiting for room), Running, Unknown (partly running).",
 			query(`sum(volcano_queue_pod_group_pending_count`+q+`)`, "Pending"),
 			query(`sum(volcano_queue_pod_group_inqueue_count`+q+`)`, "Inqueue"),
 			query(`sum(volcano_queue_pod_group_running_count`+q+`)`, "Running"),

@@ -243,9 +243,9 @@ func timeseriesPanel(title, description, unit string, w uint32, qs ...*prometheu
 		Targets(targets(qs))
 }
 
-// stacked is a timeseries with stacked areas (counts by state).
-func stacked(title, description, unit string, w uint32, qs ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
-	return timeseriesPanel(title, description, unit, w, qs...).
+// stacked is a half-width timeseries with stacked areas (counts by state).
+func stacked(title, description string, qs ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
+	return timeseriesPanel(title, description, "short", 12, qs...).
 		Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal).Group("A")).
 		FillOpacity(40)
 }
