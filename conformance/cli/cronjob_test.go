@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	batchv1 "k8s.io/api/batch/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -19,14 +18,7 @@ import (
 // --disruptive, --real-gpus, Prometheus or DRA can pass; the Role beside
 // it lets its ServiceAccount write and read exactly that baseline.
 func TestShippedCronJobRunsNightly(t *testing.T) {
-	data, err := os.ReadFile("../config/nightly/cronjob.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cj batchv1.CronJob
-	if err := yaml.UnmarshalStrict(data, &cj); err != nil {
-		t.Fatalf("cronjob.yaml: %v", err)
-	}
+	cj := renderShippedNightly(t).cronJob
 	pod := cj.Spec.JobTemplate.Spec.Template.Spec
 	args := pod.Containers[0].Args
 	if len(args) == 0 || args[0] != "nightly" {
