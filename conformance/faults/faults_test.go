@@ -123,6 +123,7 @@ func TestSuiteCatchesPlantedFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	tmp := t.TempDir()
 	// One testbed for every case, each run against its own operator (the
@@ -213,6 +214,7 @@ func TestPartialRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	out := t.TempDir()
 	log, err := runSuite("", out, "--fleet=dgx-h100=1", "--feature=^gang$", "--testbed-name=gpulab-partial")
@@ -276,6 +278,7 @@ func TestSuiteRejectsBadFlags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the conformance suite; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -378,6 +381,7 @@ func TestPlantedMinMemberFailsAutoscaling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed with Karpenter; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	tmp := t.TempDir()
 	fleet, err := local.ParseFleet("dgx-h100=2")

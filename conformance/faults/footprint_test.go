@@ -34,6 +34,7 @@ func TestRunStaysInItsBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	const name, budget = "gpulab-footprint", 16
 	tb, err := local.New(local.Options{Name: name})
@@ -141,6 +142,7 @@ func TestInterruptedRunCleansUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	const name = "gpulab-interrupt"
 	tb, err := local.New(local.Options{Name: name})
@@ -250,6 +252,7 @@ func TestDryRunPrintsThePlan(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the conformance suite; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	const name = "gpulab-dry-run"
 	tb, err := local.New(local.Options{Name: name})

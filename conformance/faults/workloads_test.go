@@ -16,9 +16,11 @@ func TestOtherWorkloadsPass(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	for _, workload := range []string{"raycluster", "vcjob"} {
 		t.Run(workload, func(t *testing.T) {
+			t.Parallel()
 			out := t.TempDir()
 			log, err := runSuite("", out, "--workload="+workload, "--scale=10", "--feature=^(latency|gang)$", "--testbed-name=gpulab-"+workload)
 			if err != nil {
@@ -52,6 +54,7 @@ func TestPlantedVolcanoJobFaultIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	build(t)
 	out := t.TempDir()
 	log, err := runSuiteWith([]string{"GPULAB_PLANTED_SUITE_FAULT=vcjob-min-available"}, out,

@@ -38,6 +38,7 @@ const (
 // name ever holds a second pod, and the operator's reconcile errors during
 // the outage show in its metrics.
 func TestRecoversFromControlPlaneRestarts(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	fleet, err := local.ParseFleet(restartFleet)
 	if err != nil {

@@ -39,6 +39,7 @@ const (
 // testbed (2 H100 and 2 A100 nodes) and checks what only a real scheduler
 // and garbage collector can show.
 func TestOperatorOnVolcano(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	fleet, err := local.ParseFleet("dgx-h100=2,dgx-a100=2")
 	if err != nil {

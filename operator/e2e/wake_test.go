@@ -22,6 +22,7 @@ import (
 // nothing else touched. It logs the time from the uncordon to Ready (the
 // goal is under 5 s on the local testbed).
 func TestUncordonWakesAnUnschedulableGang(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	fleet, err := local.ParseFleet("dgx-h100=2")
 	if err != nil {

@@ -17,6 +17,7 @@ func TestTestbedsStartTogether(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up two local testbeds; skipped with -short")
 	}
+	t.Parallel()
 	ctx := t.Context()
 	fleets := map[string]string{"gpulab-together-a": "dgx-h100=1", "gpulab-together-b": "dgx-a100=1"}
 	tbs := map[string]*Testbed{}

@@ -204,6 +204,7 @@ func TestKarpenterAddsGPUNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up the local testbed; skipped with -short")
 	}
+	t.Parallel()
 	if _, err := binaries.LookupKarpenter(t.Context(), binaries.Options{}); err != nil {
 		t.Skipf("Karpenter's kwok provider is not built (make testbed-binaries-karpenter): %v", err)
 	}

@@ -87,6 +87,7 @@ spec:
 // --batch-scheduler=volcano every RayCluster gets a PodGroup; the label is
 // set here as users do.
 func TestKubeRayGangSchedulesThroughVolcano(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	fleet, err := ParseFleet("dgx-h100=2")
 	if err != nil {

@@ -29,6 +29,7 @@ const testFleet = "dgx-h100=2,dgx-a100=1"
 // with a working Volcano: gangs bind all-or-nothing on fake GPU nodes that
 // look like the profiles' machines. It tears the testbed down even on failure.
 func TestTestbedIsReal(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	fleet, err := ParseFleet(testFleet)
 	if err != nil {

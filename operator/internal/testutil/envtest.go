@@ -61,9 +61,15 @@ type ManagerOptions struct {
 	Traffic *Traffic
 	// StatusCoalesce is the operator's (its default when zero).
 	StatusCoalesce time.Duration
-	// FirstStatusDelay is the operator's (its default when zero).
+	// FirstStatusDelay is the operator's; zero means TestFirstStatusDelay,
+	// not the operator's 10 s, so that a test waiting for a cluster's
+	// first status (Scheduling, Unschedulable) is not held 10 s each.
 	FirstStatusDelay time.Duration
 }
+
+// TestFirstStatusDelay is the first-status delay of a test's operator:
+// short, yet long enough that a gang Ready at once still gets one write.
+const TestFirstStatusDelay = time.Second
 
 // Manager is an operator started by a test.
 type Manager struct {
@@ -78,6 +84,9 @@ func StartManager(t *testing.T, base *rest.Config, o ManagerOptions) *Manager {
 	t.Helper()
 	if o.Traffic == nil {
 		o.Traffic = NewTraffic()
+	}
+	if o.FirstStatusDelay == 0 {
+		o.FirstStatusDelay = TestFirstStatusDelay
 	}
 	cfg := rest.CopyConfig(base)
 	cfg.Wrap(o.Traffic.Wrap)
