@@ -21,6 +21,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/dashboards"
+	"github.com/gpulab/gpulab/internal/testbin"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -56,30 +57,19 @@ func TestQueriesOnTestbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := binaries.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
 	start := time.Now()
 
 	// The operator and the suite build (one after the other: 2 cores) while
 	// the testbed comes up.
-	operator, suite := filepath.Join(tmp, "gpulab-operator"), filepath.Join(tmp, "gpulab-conformance")
+	var operator, suite string
 	built := make(chan error, 1)
 	go func() {
-		for _, args := range [][]string{
-			{"build", "-o", operator, "./operator/cmd/gpulab-operator"},
-			{"test", "-c", "-o", suite, "./conformance"},
-		} {
-			cmd := exec.CommandContext(ctx, "go", args...)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				built <- fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
-				return
-			}
+		var err error
+		if operator, err = testbin.Build(ctx, "dashboards/gpulab-operator", "./operator/cmd/gpulab-operator", "build"); err == nil {
+			suite, err = testbin.Build(ctx, "dashboards/gpulab-conformance", "./conformance", "test", "-c")
 		}
-		built <- nil
+		built <- err
 	}()
 
 	fleet, err := local.ParseFleet(liveFleet)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/testbin"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
@@ -189,19 +190,15 @@ func TestShippedCronJobNights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := t.TempDir()
-	operator, suite := filepath.Join(bin, "gpulab-operator-faulty"), filepath.Join(bin, "gpulab-conformance")
 	// The suite as the image builds it; the operator with the planted
 	// faults, unplanted on the first two nights.
-	for _, args := range [][]string{
-		{"build", "-tags", "gpulab_faults", "-o", operator, "./operator/cmd/gpulab-operator"},
-		{"test", "-c", "-o", suite, "./conformance"},
-	} {
-		cmd := exec.CommandContext(t.Context(), "go", args...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %v: %v\n%s", args, err, out)
-		}
+	operator, err := testbin.Build(t.Context(), "nightly/gpulab-operator-faulty", "./operator/cmd/gpulab-operator", "build", "-tags", "gpulab_faults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite, err := testbin.Build(t.Context(), "nightly/gpulab-conformance", "./conformance", "test", "-c")
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	fleet, err := local.ParseFleet("dgx-h100=4")

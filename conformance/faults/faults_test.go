@@ -7,6 +7,7 @@ package faults
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -27,6 +28,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/internal/testbin"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
@@ -56,7 +58,6 @@ var faultCases = []struct {
 var (
 	buildOnce             sync.Once
 	buildErr              error
-	binDir                string
 	root, operator, suite string
 )
 
@@ -64,15 +65,7 @@ func TestMain(m *testing.M) {
 	// The tests read the testbed with controller-runtime's client; its
 	// logs are not wanted here.
 	ctrllog.SetLogger(logr.Discard())
-	dir, err := os.MkdirTemp("", "gpulab-faults-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // build makes the operator with the planted faults and the suite binary,
@@ -83,20 +76,13 @@ func build(t *testing.T) {
 		if root, buildErr = binaries.ModuleRoot(); buildErr != nil {
 			return
 		}
-		operator, suite = filepath.Join(binDir, "gpulab-operator-faulty"), filepath.Join(binDir, "gpulab-conformance")
-		for _, args := range [][]string{
-			{"build", "-tags", "gpulab_faults", "-o", operator, "./operator/cmd/gpulab-operator"},
-			// The suite's own planted faults (a Volcano Job's minAvailable)
-			// are only in builds with the tag, too.
-			{"test", "-c", "-tags", "gpulab_faults", "-o", suite, "./conformance"},
-		} {
-			cmd := exec.Command("go", args...)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go %v: %w\n%s", args, err, out)
-				return
-			}
+		ctx := context.Background()
+		if operator, buildErr = testbin.Build(ctx, "faults/gpulab-operator-faulty", "./operator/cmd/gpulab-operator", "build", "-tags", "gpulab_faults"); buildErr != nil {
+			return
 		}
+		// The suite's own planted faults (a Volcano Job's minAvailable)
+		// are only in builds with the tag, too.
+		suite, buildErr = testbin.Build(ctx, "faults/gpulab-conformance", "./conformance", "test", "-c", "-tags", "gpulab_faults")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -381,6 +367,7 @@ func TestPlantedMinMemberFailsAutoscaling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed with Karpenter; skipped with -short")
 	}
+	testbin.SkipUnlessLong(t)
 	t.Parallel()
 	build(t)
 	tmp := t.TempDir()

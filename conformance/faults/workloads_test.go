@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/testbin"
 )
 
 // TestOtherWorkloadsPass: the gang and latency features pass at scale 10
@@ -16,6 +17,7 @@ func TestOtherWorkloadsPass(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite on the local testbed; skipped with -short")
 	}
+	testbin.SkipUnlessLong(t)
 	t.Parallel()
 	build(t)
 	for _, workload := range []string{"raycluster", "vcjob"} {

@@ -33,6 +33,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/testbin"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
@@ -76,7 +77,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M, dir string) (int, error) {
 	ctx := context.Background()
 	var err error
-	if suite, err = buildSuite(ctx, dir); err != nil {
+	if suite, err = buildSuite(ctx); err != nil {
 		return 1, err
 	}
 	if api, err = envtest.Start(ctx, envtest.Options{}); err != nil {
@@ -94,21 +95,11 @@ func run(m *testing.M, dir string) (int, error) {
 
 // buildSuite builds the suite as `make conformance` does, unless
 // $GPULAB_CONFORMANCE_SUITE names a binary to test instead.
-func buildSuite(ctx context.Context, dir string) (string, error) {
+func buildSuite(ctx context.Context) (string, error) {
 	if bin := os.Getenv("GPULAB_CONFORMANCE_SUITE"); bin != "" {
 		return filepath.Abs(bin)
 	}
-	root, err := binaries.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "gpulab-conformance")
-	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, "./conformance")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the suite: %w\n%s", err, out)
-	}
-	return bin, nil
+	return testbin.Build(ctx, "selftest/gpulab-conformance", "./conformance", "test", "-c")
 }
 
 func writeKubeconfig(cfg *rest.Config, path string) (string, error) {

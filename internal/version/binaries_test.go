@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpulab/gpulab/internal/testbin"
 )
 
 // shipped are the binaries `make build` writes and users run: each must
@@ -26,19 +28,13 @@ func TestEveryBinaryAnswersVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary; skipped with -short")
 	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const stamped = "v0.0.0-versiontest"
-	bin := t.TempDir()
 	for _, b := range shipped {
 		t.Run(b.name, func(t *testing.T) {
-			out := filepath.Join(bin, b.name)
-			build := exec.Command("go", "build", "-ldflags", "-X github.com/gpulab/gpulab/internal/version.Version="+stamped, "-o", out, b.pkg)
-			build.Dir = root
-			if msg, err := build.CombinedOutput(); err != nil {
-				t.Fatalf("go build %s: %v\n%s", b.pkg, err, msg)
+			out, err := testbin.Build(t.Context(), filepath.Join("version", b.name), b.pkg,
+				"build", "-ldflags", "-X github.com/gpulab/gpulab/internal/version.Version="+stamped)
+			if err != nil {
+				t.Fatal(err)
 			}
 			got, err := exec.Command(out, "--version").CombinedOutput()
 			if err != nil {

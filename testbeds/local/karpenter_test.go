@@ -21,6 +21,7 @@ import (
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/poll/polltest"
+	"github.com/gpulab/gpulab/internal/testbin"
 	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
@@ -204,6 +205,7 @@ func TestKarpenterAddsGPUNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up the local testbed; skipped with -short")
 	}
+	testbin.SkipUnlessLong(t)
 	t.Parallel()
 	if _, err := binaries.LookupKarpenter(t.Context(), binaries.Options{}); err != nil {
 		t.Skipf("Karpenter's kwok provider is not built (make testbed-binaries-karpenter): %v", err)

@@ -1,0 +1,51 @@
+// Package testbin builds the repository's binaries for tests. It writes
+// each to one place under _artifacts/test-bin, not to a fresh temporary
+// directory, so that the next run's `go build` finds it up to date and
+// does not link it again: a warm `make test` links nothing that did not
+// change. Only tests import it.
+package testbin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Build runs `go <cmd...> -o PATH <pkg>` in the module root, where cmd is
+// "build" or "test", "-c", with any flags, and returns PATH:
+// _artifacts/test-bin/<name>. Callers give each binary its own name, as
+// tests of different packages may build at once.
+func Build(ctx context.Context, name, pkg string, cmd ...string) (string, error) {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(root, "_artifacts", "test-bin", name)
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	args := append(append(append([]string{}, cmd...), "-o", out), pkg)
+	c := exec.CommandContext(ctx, "go", args...)
+	c.Dir = root
+	if msg, err := c.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, msg)
+	}
+	return out, nil
+}
+
+// ModuleRoot is the directory of the go.mod that the working directory
+// is in, as the go command finds it.
+func ModuleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
