@@ -25,7 +25,7 @@ export TESTBED_NAME TESTBED_NODES
 TESTBED_AUTOSCALER          ?= none
 TESTBED_AUTOSCALER_MAX_GPUS ?= 16
 # Volcano and KubeRay releases the testbeds build and run; empty means the
-# defaults in testbeds/local/binaries (Volcano v1.14.1, KubeRay v1.6.2).
+# defaults in testbeds/binaries (Volcano v1.14.1, KubeRay v1.6.2).
 # VOLCANO_VERSION=v1.10.0 and KUBERAY_VERSION=v1.5.0 are the other choices.
 # Exported as GPULAB_VOLCANO_VERSION and GPULAB_KUBERAY_VERSION, which every
 # testbed (the suite's own included) reads when not told a version.
@@ -73,7 +73,7 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build every gpulab binary into bin/.
 	$(GO) build ./...
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(TESTBED) ./testbeds/local/cmd/gpulab-testbed
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(TESTBED) ./testbeds/cmd/gpulab-testbed
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-agent ./node-agent/cmd/gpulab-agent
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
@@ -386,4 +386,4 @@ test-kind: kind-image ## Run the kind testbed's cluster tests (Docker; GPULAB_KI
 
 .PHONY: $(TESTBED)
 $(TESTBED):
-	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./testbeds/local/cmd/gpulab-testbed
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./testbeds/cmd/gpulab-testbed

@@ -22,8 +22,8 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/dashboards"
 	"github.com/gpulab/gpulab/internal/testbin"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // The fleet has two products so "by product" panels have something to

@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/gpulab/gpulab/api/v1alpha1"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 // The admission benchmarks price a create at the API server: what its CRD's

@@ -6,17 +6,12 @@
 package autoscale
 
 import (
-	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/karpenter"
 )
-
-// gpuResource is the extended resource a NodePool limits.
-const gpuResource = string(gfd.GPUResource)
 
 // Pool is what the feature reads of a NodePool.
 type Pool struct {
@@ -30,66 +25,12 @@ type Pool struct {
 	ConsolidateAfter time.Duration
 }
 
-// PoolOf reads a NodePool.
+// PoolOf reads a NodePool through karpenter.ReadNodePool: a limit or
+// resources that are no quantity, or a consolidateAfter that is neither a
+// duration nor Never, is an error.
 func PoolOf(np *unstructured.Unstructured) (Pool, error) {
-	p := Pool{Name: np.GetName(), LimitGPUs: -1}
-	if q, ok, err := quantity(np.Object, "spec", "limits", gpuResource); err != nil {
-		return p, fmt.Errorf("NodePool %s: spec.limits: %w", p.Name, err)
-	} else if ok {
-		p.LimitGPUs = q
-	}
-	if q, ok, err := quantity(np.Object, "status", "resources", gpuResource); err != nil {
-		return p, fmt.Errorf("NodePool %s: status.resources: %w", p.Name, err)
-	} else if ok {
-		p.UsedGPUs = q
-	}
-	after, _, _ := unstructured.NestedString(np.Object, "spec", "disruption", "consolidateAfter")
-	d, err := ParseConsolidateAfter(after)
-	if err != nil {
-		return p, fmt.Errorf("NodePool %s: %w", p.Name, err)
-	}
-	p.ConsolidateAfter = d
-	return p, nil
-}
-
-// ParseConsolidateAfter reads spec.disruption.consolidateAfter: a Go
-// duration, or Never (negative). Karpenter's API makes it required; an
-// empty one is read as 0s, its default in the CRD.
-func ParseConsolidateAfter(s string) (time.Duration, error) {
-	switch s {
-	case "Never":
-		return -1, nil
-	case "":
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("consolidateAfter %q is neither a duration nor Never", s)
-	}
-	return d, nil
-}
-
-func quantity(obj map[string]any, path ...string) (int64, bool, error) {
-	s, ok, err := unstructured.NestedFieldNoCopy(obj, path...)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	var text string
-	switch v := s.(type) {
-	case string:
-		text = v
-	case int64:
-		return v, true, nil
-	case float64:
-		return int64(v), true, nil
-	default:
-		return 0, false, fmt.Errorf("%v is not a quantity", s)
-	}
-	q, err := resource.ParseQuantity(text)
-	if err != nil {
-		return 0, false, err
-	}
-	return q.Value(), true, nil
+	r, err := karpenter.ReadNodePool(np)
+	return Pool{Name: r.Name, LimitGPUs: r.LimitGPUs, UsedGPUs: r.UsedGPUs, ConsolidateAfter: r.ConsolidateAfter}, err
 }
 
 // RoomNodes is how many more whole nodes of nodeGPUs GPUs the pool's limit

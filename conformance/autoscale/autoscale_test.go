@@ -5,7 +5,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gpulab/gpulab/internal/gfd"
 )
+
+// gpuResource is the extended resource a NodePool limits.
+const gpuResource = string(gfd.GPUResource)
 
 func nodePool(limit any, used any, after string) *unstructured.Unstructured {
 	spec := map[string]any{"disruption": map[string]any{"consolidateAfter": after}}
@@ -118,20 +123,6 @@ func TestExtraNodes(t *testing.T) {
 	} {
 		if got := ExtraNodes(tc.added, holding); got != tc.want {
 			t.Errorf("ExtraNodes(%v) = %d, want %d", tc.added, got, tc.want)
-		}
-	}
-}
-
-func TestParseConsolidateAfter(t *testing.T) {
-	for in, want := range map[string]time.Duration{"30s": 30 * time.Second, "Never": -1, "": 0, "1h": time.Hour} {
-		got, err := ParseConsolidateAfter(in)
-		if err != nil || got != want {
-			t.Errorf("ParseConsolidateAfter(%q) = %s, %v; want %s", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"-1s", "never", "30"} {
-		if _, err := ParseConsolidateAfter(bad); err == nil {
-			t.Errorf("ParseConsolidateAfter(%q) accepted", bad)
 		}
 	}
 }

@@ -19,8 +19,8 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // writeKubeconfig writes cfg (envtest's: client certificates) as a

@@ -27,8 +27,8 @@ import (
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/testbin"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 func TestSplitSubmitArgs(t *testing.T) {

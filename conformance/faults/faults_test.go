@@ -29,8 +29,8 @@ import (
 	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/internal/testbin"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
 

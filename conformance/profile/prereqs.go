@@ -16,7 +16,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/internal/version"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 // The CRDs each workload needs on an existing cluster, beyond Volcano's

@@ -18,8 +18,8 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // lockedBuffer is a Log two goroutines may share.

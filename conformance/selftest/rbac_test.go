@@ -22,8 +22,8 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // TestTheShippedRoleIsEnough runs the suite as the shipped ServiceAccount,

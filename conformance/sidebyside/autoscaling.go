@@ -22,8 +22,8 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // DefaultAutoscalingTestbedName names the autoscaling comparison's testbed

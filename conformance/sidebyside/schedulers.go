@@ -13,8 +13,8 @@ import (
 	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // DefaultSchedulersTestbedName prefixes the scheduler comparison's

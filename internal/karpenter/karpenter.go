@@ -1,8 +1,8 @@
 // Package karpenter names the parts of Karpenter's API that gpulab reads:
 // its kinds, read as unstructured so that nothing here depends on
-// Karpenter's Go module, and the label its nodes carry. The operator
-// (capacity it can add) and the suite (the autoscaling feature) both use
-// them.
+// Karpenter's Go module, and the label its nodes carry; and it is gpulab's
+// one reader of a NodePool (ReadNodePool). The operator (capacity it can
+// add) and the suite (the autoscaling feature) both use them.
 package karpenter
 
 import "k8s.io/apimachinery/pkg/runtime/schema"

@@ -14,7 +14,7 @@ import (
 var shipped = []struct{ name, pkg string }{
 	{"gpulab-operator", "./operator/cmd/gpulab-operator"},
 	{"gpulab-agent", "./node-agent/cmd/gpulab-agent"},
-	{"gpulab-testbed", "./testbeds/local/cmd/gpulab-testbed"},
+	{"gpulab-testbed", "./testbeds/cmd/gpulab-testbed"},
 	{"bench-scale", "./conformance/cmd/bench-scale"},
 	{"compare-operators", "./conformance/cmd/compare-operators"},
 	{"compare-schedulers", "./conformance/cmd/compare-schedulers"},

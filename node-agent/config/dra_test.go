@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpulab/gpulab/node-agent/dra"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // TestDRAComponent: the dra component turns DRA mode on (and not the

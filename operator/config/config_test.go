@@ -17,8 +17,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 func TestManifestsApplyAndStayLeastPrivilege(t *testing.T) {

@@ -15,10 +15,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/images"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
 	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // GPULabImages are gpulab's images on kind, as the overlays under

@@ -29,10 +29,10 @@ import (
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	kindlog "sigs.k8s.io/kind/pkg/log"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/dockerhost"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
 	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 	"github.com/gpulab/gpulab/testbeds/testbed"
 )
 

@@ -12,8 +12,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // TestKindManifestsApply renders the kind overlays and applies them to a

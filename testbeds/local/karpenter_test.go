@@ -22,7 +22,7 @@ import (
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/poll/polltest"
 	"github.com/gpulab/gpulab/internal/testbin"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 func TestValidateAutoscaler(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 // userKubeconfig is a kubeconfig of the user's with known bytes, set as

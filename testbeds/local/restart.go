@@ -17,8 +17,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/internal/procid"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 const (

@@ -24,8 +24,8 @@ import (
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	pollutil "github.com/gpulab/gpulab/internal/poll"
 	"github.com/gpulab/gpulab/node-agent/internal/publisher"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // renderOverlay renders the overlay node-agent/README.md documents for a

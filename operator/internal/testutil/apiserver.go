@@ -16,7 +16,7 @@ import (
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gpulab/gpulab/internal/scheme"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 // APIServer is etcd and a kube-apiserver started with extra flags (e.g.

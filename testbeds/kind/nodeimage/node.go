@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/images"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // files are the node's own files: the entrypoint, systemd units, the

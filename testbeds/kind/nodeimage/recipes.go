@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/images"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // Image tags kubeadm v1.37 expects (cmd/kubeadm/app/constants), except

@@ -3,7 +3,7 @@ package command
 import (
 	"io"
 
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 // GoBuild is a build of this repository's code for the kind testbed.

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
 // TestGoBuildFlags: a static build turns cgo off and trims paths; any other

@@ -262,7 +262,7 @@ func Lookup(ctx context.Context, opts Options) (*Set, error) {
 }
 
 func notBuilt(c component, cacheDir string) error {
-	return fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/local/cmd/gpulab-testbed build`; "+
+	return fmt.Errorf("%s %s is not built in %s: run `make testbed-binaries` (or `go run ./testbeds/cmd/gpulab-testbed build`; "+
 		"VOLCANO_VERSION and KUBERAY_VERSION, or --volcano-version and --kuberay-version, choose the versions)", c.name, c.version, cacheDir)
 }
 

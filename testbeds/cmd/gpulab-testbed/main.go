@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/gpulab/gpulab/internal/version"
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 const usage = `usage: gpulab-testbed <command> [flags]

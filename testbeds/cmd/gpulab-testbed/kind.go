@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/kind/dockerhost"
 	"github.com/gpulab/gpulab/testbeds/kind/nodeimage"
-	"github.com/gpulab/gpulab/testbeds/local/binaries"
 )
 
 // kindCommands are the commands of the kind testbed (Docker hosts), with
