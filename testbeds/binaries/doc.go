@@ -1,5 +1,7 @@
-// Package binaries builds the local testbed's third-party programs (etcd,
-// the Kubernetes control plane, kwok, Volcano and KubeRay's operator) and
+// Package binaries builds the testbeds' third-party programs (etcd, the
+// Kubernetes control plane, kwok, Volcano, KubeRay's operator, Karpenter's
+// kwok provider; the local testbed runs them, envtest takes etcd and the
+// API server, kind's node image its own parts) and
 // the Prometheus tools the dashboards are checked with (Prometheus,
 // promtool, the Pushgateway) from the Go module proxy, because no download
 // site is reachable from where gpulab runs.
