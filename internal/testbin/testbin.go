@@ -1,8 +1,9 @@
-// Package testbin builds the repository's binaries for tests. It writes
-// each to one place under _artifacts/test-bin, not to a fresh temporary
-// directory, so that the next run's `go build` finds it up to date and
-// does not link it again: a warm `make test` links nothing that did not
-// change. Only tests import it.
+// Package testbin is what keeps `make test` short, for tests only. Build
+// writes each binary a test builds to one place under _artifacts/test-bin,
+// not to a fresh temporary directory, so that the next run's `go build`
+// finds it up to date and does not link it again: a warm `make test` links
+// nothing that did not change. SkipUnlessLong leaves the long tests to
+// `make test-long`. Only tests import it.
 package testbin
 
 import (
