@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
@@ -212,7 +213,7 @@ func createBurst(ri dynamic.ResourceInterface, obj func(string) *unstructured.Un
 // cache.
 func admissionCases(b *testing.B) []admissionCase {
 	b.Helper()
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		b.Fatal(err)
 	}

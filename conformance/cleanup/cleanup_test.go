@@ -26,6 +26,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	gpulabv1alpha1 "github.com/gpulab/gpulab/api/v1alpha1"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
@@ -58,7 +59,7 @@ func startEnvtest(ctx context.Context) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}

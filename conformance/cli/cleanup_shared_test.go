@@ -20,7 +20,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/incluster"
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/runlock"
-	"github.com/gpulab/gpulab/testbeds/binaries"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -32,7 +32,7 @@ import (
 // Each case has its own runner namespace, so each fails on its own.
 func TestCleanupKeepsWhatOthersUse(t *testing.T) {
 	// A real API server; no CRDs but gpulab's are needed.
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	schedulingv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/gpulab/gpulab/conformance/cleanup"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
@@ -52,7 +53,7 @@ func TestCleanupCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,8 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/testbin"
-	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
@@ -186,7 +186,7 @@ func TestShippedCronJobNights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,8 @@ import (
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/karpenter"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/testbin"
-	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
 	"github.com/gpulab/gpulab/testbeds/local/localtest"
 )
@@ -73,7 +73,7 @@ func TestMain(m *testing.M) {
 func build(t *testing.T) {
 	t.Helper()
 	buildOnce.Do(func() {
-		if root, buildErr = binaries.ModuleRoot(); buildErr != nil {
+		if root, buildErr = repo.Root(); buildErr != nil {
 			return
 		}
 		ctx := context.Background()

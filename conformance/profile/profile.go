@@ -28,6 +28,7 @@ import (
 	"github.com/gpulab/gpulab/internal/draclass"
 	"github.com/gpulab/gpulab/internal/gfd"
 	"github.com/gpulab/gpulab/internal/poll"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind"
@@ -284,7 +285,7 @@ func operatorBinary(ctx context.Context, opts Options) (string, error) {
 	if opts.OperatorBinary != "" {
 		return filepath.Abs(opts.OperatorBinary)
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", fmt.Errorf("no --operator-binary given and not inside the repository: %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/runlock"
 	"github.com/gpulab/gpulab/internal/poll"
-	"github.com/gpulab/gpulab/testbeds/binaries"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/envtest"
 )
 
@@ -43,7 +43,7 @@ func (l *lockedBuffer) String() string {
 // TestRunLock runs on one API server; each case in its own namespace.
 func TestRunLock(t *testing.T) {
 	// A real API server; no CRDs but gpulab's are needed.
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

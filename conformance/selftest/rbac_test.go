@@ -22,7 +22,7 @@ import (
 
 	"github.com/gpulab/gpulab/conformance/rbac"
 	"github.com/gpulab/gpulab/conformance/results"
-	"github.com/gpulab/gpulab/testbeds/binaries"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/local"
 )
 
@@ -110,7 +110,7 @@ var shippedFiles = []string{"namespace.yaml", "serviceaccount.yaml", "clusterrol
 // there (another test applied them) are left as they are.
 func applyShipped(t *testing.T, c client.Client) {
 	t.Helper()
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

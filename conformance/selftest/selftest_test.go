@@ -33,6 +33,7 @@ import (
 	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/testbin"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/envtest"
@@ -374,7 +375,7 @@ func TestInvalidGPUClustersAreTheRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

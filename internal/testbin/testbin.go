@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpulab/gpulab/internal/repo"
 )
 
 // Build runs `go <cmd...> -o PATH <pkg>` in the module root, where cmd is
@@ -20,7 +22,7 @@ import (
 // _artifacts/test-bin/<name>. Callers give each binary its own name, as
 // tests of different packages may build at once.
 func Build(ctx context.Context, name, pkg string, cmd ...string) (string, error) {
-	root, err := ModuleRoot(ctx)
+	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}
@@ -35,18 +37,4 @@ func Build(ctx context.Context, name, pkg string, cmd ...string) (string, error)
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, msg)
 	}
 	return out, nil
-}
-
-// ModuleRoot is the directory of the go.mod that the working directory
-// is in, as the go command finds it.
-func ModuleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module")
-	}
-	return filepath.Dir(mod), nil
 }

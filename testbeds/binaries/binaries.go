@@ -3,7 +3,6 @@ package binaries
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -108,26 +107,6 @@ func DefaultCacheDir() (string, error) {
 		return "", fmt.Errorf("no user cache folder (%w): set GPULAB_CACHE to choose a cache directory", err)
 	}
 	return filepath.Join(base, "gpulab"), nil
-}
-
-// ModuleRoot finds the gpulab repository root: the nearest parent of the
-// working directory holding a go.mod for github.com/gpulab/gpulab.
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(data), "module github.com/gpulab/gpulab\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the gpulab repository: set GPULAB_CACHE to choose a cache directory")
-		}
-		dir = parent
-	}
 }
 
 // Set is the absolute paths of every testbed binary, plus the module

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/mod/modfile"
+
+	"github.com/gpulab/gpulab/internal/repo"
 )
 
 // TestResolveVersions: an empty version is the environment's, else the
@@ -309,7 +311,7 @@ replace (
 // what `make test` compiled; a Makefile that exported other flags would
 // silently make every kind run recompile.
 func TestMakefileRepeatsConstants(t *testing.T) {
-	root, err := ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

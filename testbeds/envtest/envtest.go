@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 )
@@ -60,7 +61,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		}
 	}
 	if len(opts.CRDDirs) == 0 {
-		root, err := binaries.ModuleRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return nil, err
 		}

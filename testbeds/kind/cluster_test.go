@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/dockerhost"
 	"github.com/gpulab/gpulab/testbeds/kind/images"
@@ -34,7 +35,7 @@ func kindTestOptions(t *testing.T) Options {
 	}
 	// Asked for and unusable is a failure with the reason, never a skip: CI
 	// would otherwise pass without a kind cluster ever running.
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	kindlog "sigs.k8s.io/kind/pkg/log"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/dockerhost"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
@@ -144,7 +145,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}

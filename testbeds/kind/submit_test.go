@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpulab/gpulab/conformance/results"
-	"github.com/gpulab/gpulab/testbeds/binaries"
+	"github.com/gpulab/gpulab/internal/repo"
 )
 
 // suiteRunsInCluster is the in-cluster runner end to end on a real cluster:
@@ -29,7 +29,7 @@ import (
 // evidenced whole; cleanup leaves nothing of the run or the runner.
 func suiteRunsInCluster(ctx context.Context, t *testing.T, c *Cluster, cs kubernetes.Interface) {
 	t.Helper()
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

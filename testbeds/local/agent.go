@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpulab/gpulab/api/v1alpha1"
 	"github.com/gpulab/gpulab/internal/draclass"
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 )
 
@@ -23,7 +24,7 @@ func (t *Testbed) agentBinary(ctx context.Context) (string, error) {
 	if t.opts.AgentBinary != "" {
 		return filepath.Abs(t.opts.AgentBinary)
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", fmt.Errorf("no agent binary given and not inside the repository: %w", err)
 	}

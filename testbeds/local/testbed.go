@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/internal/filelock"
 	"github.com/gpulab/gpulab/testbeds/testbed"
@@ -138,7 +139,7 @@ func New(opts Options) (*Testbed, error) {
 		opts.Fleet = fleet
 	}
 	if opts.CRDDir == "" {
-		root, err := binaries.ModuleRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return nil, err
 		}

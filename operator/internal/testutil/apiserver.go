@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/scheme"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 )
@@ -50,7 +51,7 @@ func StartAPIServer(tb testing.TB, args ...string) *APIServer {
 			tb.Fatal(err)
 		}
 	}
-	root, err := binaries.ModuleRoot()
+	root, err := repo.Root()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind"
 	"github.com/gpulab/gpulab/testbeds/kind/dockerhost"
@@ -83,7 +84,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		_, err := binaries.EnsureKind(ctx, opts)
 		return err
 	case "kind-image":
-		root, err := binaries.ModuleRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		fmt.Printf("node image %s (built: %t, %s)\n", res.Ref, res.Built, time.Since(start).Round(time.Second))
 		return nil
 	case "images":
-		root, err := binaries.ModuleRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return err
 		}
@@ -112,7 +113,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 		fmt.Printf("built %s\n", strings.Join(refs, ", "))
 		return nil
 	case "docker-up":
-		root, err := binaries.ModuleRoot()
+		root, err := repo.Root()
 		if err != nil {
 			return err
 		}
@@ -162,7 +163,7 @@ func runKind(ctx context.Context, cmd string, args []string) error {
 	case "kind-logs":
 		out := *dir
 		if out == "" {
-			root, err := binaries.ModuleRoot()
+			root, err := repo.Root()
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/images"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
@@ -32,7 +33,7 @@ type Options struct {
 	// (kind/build). Defaults to binaries.DefaultCacheDir().
 	CacheDir string
 	// RepoRoot is the gpulab repository the shim, pause and the pod
-	// network are built from. Defaults to binaries.ModuleRoot().
+	// network are built from. Defaults to repo.Root().
 	RepoRoot string
 	// Mirror is the Debian mirror. Defaults to DefaultMirror.
 	Mirror string
@@ -51,7 +52,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.RepoRoot == "" {
-		if o.RepoRoot, err = binaries.ModuleRoot(); err != nil {
+		if o.RepoRoot, err = repo.Root(); err != nil {
 			return o, err
 		}
 	}
