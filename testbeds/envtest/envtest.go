@@ -12,9 +12,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/internal/scheme"
@@ -116,6 +118,9 @@ func StartForTest(tb testing.TB, opts Options) *Environment {
 	if testing.Short() {
 		tb.Skip("needs a real kube-apiserver; skipped with -short")
 	}
+	// envtest installs CRDs through controller-runtime's global logger,
+	// which prints a stack trace when no one set it; tests read their own.
+	ctrllog.SetLogger(logr.Discard())
 	e, err := Start(context.Background(), opts)
 	if err != nil {
 		tb.Fatalf("envtest: %v", err)

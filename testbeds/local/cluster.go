@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,7 +57,10 @@ func (t *Testbed) Client() (client.Client, error) {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 100, 200
-	return client.New(cfg, client.Options{Scheme: Scheme})
+	// The client's own log goes to the testbed's: without one,
+	// controller-runtime prints a stack trace saying none was set.
+	log := funcr.New(func(prefix, args string) { fmt.Fprintln(t.opts.Log, prefix, args) }, funcr.Options{})
+	return client.New(cfg, client.Options{Scheme: Scheme, Log: log})
 }
 
 // installCRDs server-side applies every CRD in the given folders and waits
