@@ -131,21 +131,25 @@ UNIT_PKGS = $$({ printf 'github.com/gpulab/gpulab/%s\n' $(SLOW_PKGS); $(GO) list
 # the cores half idle for three minutes.
 TEST_P ?= 4
 
-.PHONY: test
 # The user's kubeconfig ($KUBECONFIG, else ~/.kube/config) must be byte for
-# byte the same afterwards: no test may add a context to it. The test
-# binaries are linked without DWARF (-w), which halves each link of some 60
+# byte the same after every test target: no test may add a context to it.
+# A recipe starts with the snapshot and ends with the check, which sets rc=1
+# when the file changed.
+KUBECONFIG_SNAPSHOT = kc="$${KUBECONFIG:-$$HOME/.kube/config}"; before=$$(sha256sum "$$kc" 2>/dev/null || echo absent)
+KUBECONFIG_CHECK = if [[ "$$(sha256sum "$$kc" 2>/dev/null || echo absent)" != "$$before" ]]; then echo "make $@ changed $$kc" >&2; rc=1; fi
+
+.PHONY: test
+# The test binaries are linked without DWARF (-w), which halves each link of some 60
 # of them; failures and panics still name file and line.
 test: testbed-binaries-all ## Run every test: unit, envtest (real API server), the local testbed (real Volcano) and the conformance suite at scale 10.
-	kc="$${KUBECONFIG:-$$HOME/.kube/config}"; before=$$(sha256sum "$$kc" 2>/dev/null || echo absent); rc=0; \
+	$(KUBECONFIG_SNAPSHOT); rc=0; \
 	mkdir -p $(CURDIR)/_artifacts; log=$(CURDIR)/_artifacts/conformance-test.log; \
 	$(MAKE) --no-print-directory conformance CONFORMANCE_SCALE=10 CONFORMANCE_OUT=$(CURDIR)/_artifacts/conformance-test >"$$log" 2>&1 & suite=$$!; \
 	$(GO) test -p $(TEST_P) -ldflags=-w $(UNIT_PKGS) -timeout $(TEST_TIMEOUT) || rc=$$?; \
 	suite_rc=0; wait $$suite || suite_rc=$$?; \
 	echo "=== the suite at scale 10 (make conformance, run beside the unit tests; its log: $$log)"; cat "$$log"; \
 	if (( rc == 0 )); then rc=$$suite_rc; fi; \
-	if [[ "$$(sha256sum "$$kc" 2>/dev/null || echo absent)" != "$$before" ]]; then echo "make test changed $$kc" >&2; rc=1; fi; \
-	exit $$rc
+	$(KUBECONFIG_CHECK); exit $$rc
 
 # The long tests make test skips (internal/testbin.LongEnv): each brings up
 # a testbed with Karpenter or KubeRay beside Volcano and runs the suite's
@@ -154,10 +158,9 @@ LONG_TESTS = ^(TestPlantedMinMemberFailsAutoscaling|TestKarpenterAddsGPUNodes|Te
 
 .PHONY: test-long
 test-long: testbed-binaries-all ## Run the long tests make test skips: Karpenter's scale-up under the operator and the suite, RayClusters and Volcano Jobs through the suite at scale 10.
-	kc="$${KUBECONFIG:-$$HOME/.kube/config}"; before=$$(sha256sum "$$kc" 2>/dev/null || echo absent); rc=0; \
+	$(KUBECONFIG_SNAPSHOT); rc=0; \
 	GPULAB_LONG_TESTS=1 $(GO) test -ldflags=-w ./conformance/faults/ ./testbeds/local/ -run '$(LONG_TESTS)' -count=1 -v -timeout 30m || rc=$$?; \
-	if [[ "$$(sha256sum "$$kc" 2>/dev/null || echo absent)" != "$$before" ]]; then echo "make test-long changed $$kc" >&2; rc=1; fi; \
-	exit $$rc
+	$(KUBECONFIG_CHECK); exit $$rc
 
 .PHONY: test-short
 test-short: ## Run only the fast tests (no API server, no testbed).
@@ -171,10 +174,9 @@ test-short: ## Run only the fast tests (no API server, no testbed).
 # kubeconfig as it was.
 .PHONY: test-nightly
 test-nightly: testbed-binaries ## Run the shipped nightly CronJob's exact command three nights on a local testbed: record, compare, catch a planted slowdown.
-	kc="$${KUBECONFIG:-$$HOME/.kube/config}"; before=$$(sha256sum "$$kc" 2>/dev/null || echo absent); rc=0; \
+	$(KUBECONFIG_SNAPSHOT); rc=0; \
 	GPULAB_NIGHTLY_TEST=1 $(GO) test -ldflags=-w ./conformance/cli/ -run '^TestShippedCronJobNights$$' -count=1 -v -timeout 30m || rc=$$?; \
-	if [[ "$$(sha256sum "$$kc" 2>/dev/null || echo absent)" != "$$before" ]]; then echo "make test-nightly changed $$kc" >&2; rc=1; fi; \
-	exit $$rc
+	$(KUBECONFIG_CHECK); exit $$rc
 
 ##@ Dashboards
 
