@@ -139,8 +139,8 @@ KUBECONFIG_SNAPSHOT = kc="$${KUBECONFIG:-$$HOME/.kube/config}"; before=$$(sha256
 KUBECONFIG_CHECK = if [[ "$$(sha256sum "$$kc" 2>/dev/null || echo absent)" != "$$before" ]]; then echo "make $@ changed $$kc" >&2; rc=1; fi
 
 .PHONY: test
-# The test binaries are linked without DWARF (-w), which halves each link of some 60
-# of them; failures and panics still name file and line.
+# The test binaries are linked without DWARF (-w), which halves each link
+# of some 60 of them; failures and panics still name file and line.
 test: testbed-binaries-all ## Run every test: unit, envtest (real API server), the local testbed (real Volcano) and the conformance suite at scale 10.
 	$(KUBECONFIG_SNAPSHOT); rc=0; \
 	mkdir -p $(CURDIR)/_artifacts; log=$(CURDIR)/_artifacts/conformance-test.log; \
