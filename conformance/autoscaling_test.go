@@ -202,7 +202,7 @@ func readView(ctx context.Context, t *testing.T) ascView {
 	default:
 		// cluster-autoscaler's node groups are not visible: no limit
 		// known, and its default scale-down-unneeded-time.
-		v.pool = autoscale.Pool{Name: "cluster-autoscaler", LimitGPUs: -1, ConsolidateAfter: 10 * time.Minute}
+		v.pool = autoscale.Pool{NodePool: karpenter.NodePool{Name: "cluster-autoscaler", LimitGPUs: -1, ConsolidateAfter: 10 * time.Minute}}
 	}
 	rooms, err := nodeRooms(ctx, cluster.Client)
 	if err != nil {

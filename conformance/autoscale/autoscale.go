@@ -13,24 +13,17 @@ import (
 	"github.com/gpulab/gpulab/internal/karpenter"
 )
 
-// Pool is what the feature reads of a NodePool.
-type Pool struct {
-	Name string
-	// LimitGPUs is spec.limits' nvidia.com/gpu; negative: no limit.
-	LimitGPUs int64
-	// UsedGPUs is status.resources' nvidia.com/gpu: what its nodes hold.
-	UsedGPUs int64
-	// ConsolidateAfter is spec.disruption.consolidateAfter; negative:
-	// Never (the NodePool never removes a node for being empty).
-	ConsolidateAfter time.Duration
-}
+// Pool is a NodePool as the feature judges it: what karpenter.ReadNodePool
+// reads (its limit, what it holds, how soon it consolidates) and the whole
+// nodes its room allows.
+type Pool struct{ karpenter.NodePool }
 
 // PoolOf reads a NodePool through karpenter.ReadNodePool: a limit or
 // resources that are no quantity, or a consolidateAfter that is neither a
 // duration nor Never, is an error.
 func PoolOf(np *unstructured.Unstructured) (Pool, error) {
 	r, err := karpenter.ReadNodePool(np)
-	return Pool{Name: r.Name, LimitGPUs: r.LimitGPUs, UsedGPUs: r.UsedGPUs, ConsolidateAfter: r.ConsolidateAfter}, err
+	return Pool{r}, err
 }
 
 // RoomNodes is how many more whole nodes of nodeGPUs GPUs the pool's limit
@@ -39,18 +32,11 @@ func (p Pool) RoomNodes(nodeGPUs, most int) int {
 	if nodeGPUs <= 0 {
 		return 0
 	}
-	if p.LimitGPUs < 0 {
+	room := p.RoomGPUs()
+	if room < 0 {
 		return most
 	}
-	return min(int(max(p.LimitGPUs-p.UsedGPUs, 0))/nodeGPUs, most)
-}
-
-// RoomGPUs is the GPUs the pool's limit leaves, or -1 with no limit.
-func (p Pool) RoomGPUs() int64 {
-	if p.LimitGPUs < 0 {
-		return -1
-	}
-	return max(p.LimitGPUs-p.UsedGPUs, 0)
+	return min(int(room)/nodeGPUs, most)
 }
 
 // MaxScaleUp is how many nodes a scale-up gang asks the autoscaler for at

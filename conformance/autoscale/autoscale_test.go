@@ -1,12 +1,14 @@
 package autoscale
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gpulab/gpulab/internal/gfd"
+	"github.com/gpulab/gpulab/internal/karpenter"
 )
 
 // gpuResource is the extended resource a NodePool limits.
@@ -34,17 +36,17 @@ func TestPoolOf(t *testing.T) {
 		wantWindow time.Duration
 		windowOK   bool
 	}{
-		{"the local testbed's", nodePool("16", "8", "30s"), Pool{Name: "gpu", LimitGPUs: 16, UsedGPUs: 8, ConsolidateAfter: 30 * time.Second}, 1, 8, 90 * time.Second, true},
-		{"no limit", nodePool(nil, nil, "1m"), Pool{Name: "gpu", LimitGPUs: -1, ConsolidateAfter: time.Minute}, 2, -1, 2 * time.Minute, true},
-		{"full", nodePool("16", "24", "0s"), Pool{Name: "gpu", LimitGPUs: 16, UsedGPUs: 24}, 0, 0, time.Minute, true},
-		{"never consolidates", nodePool(int64(32), nil, "Never"), Pool{Name: "gpu", LimitGPUs: 32, ConsolidateAfter: -1}, 2, 32, 0, false},
+		{"the local testbed's", nodePool("16", "8", "30s"), Pool{karpenter.NodePool{Name: "gpu", LimitGPUs: 16, UsedGPUs: 8, ConsolidateAfter: 30 * time.Second}}, 1, 8, 90 * time.Second, true},
+		{"no limit", nodePool(nil, nil, "1m"), Pool{karpenter.NodePool{Name: "gpu", LimitGPUs: -1, ConsolidateAfter: time.Minute}}, 2, -1, 2 * time.Minute, true},
+		{"full", nodePool("16", "24", "0s"), Pool{karpenter.NodePool{Name: "gpu", LimitGPUs: 16, UsedGPUs: 24}}, 0, 0, time.Minute, true},
+		{"never consolidates", nodePool(int64(32), nil, "Never"), Pool{karpenter.NodePool{Name: "gpu", LimitGPUs: 32, ConsolidateAfter: -1}}, 2, 32, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := PoolOf(tc.np)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p != tc.want {
+			if !reflect.DeepEqual(p, tc.want) {
 				t.Errorf("PoolOf = %+v, want %+v", p, tc.want)
 			}
 			if got := p.RoomNodes(8, MaxScaleUp); got != tc.roomNodes {

@@ -74,6 +74,15 @@ func ReadNodePool(np *unstructured.Unstructured) (NodePool, error) {
 	return p, nil
 }
 
+// RoomGPUs is the GPUs the limit leaves beyond what the NodePool's nodes
+// hold (none when they hold more), or -1 with no limit.
+func (p NodePool) RoomGPUs() int64 {
+	if p.LimitGPUs < 0 {
+		return -1
+	}
+	return max(p.LimitGPUs-p.UsedGPUs, 0)
+}
+
 // ParseConsolidateAfter reads spec.disruption.consolidateAfter: a Go
 // duration, or Never (negative). Karpenter's API makes it required; an
 // empty one is read as 0s, its default in the CRD.

@@ -26,11 +26,7 @@ func NodePools(items []unstructured.Unstructured) []Pool {
 		if np.Deleting {
 			continue
 		}
-		p := Pool{Name: np.Name, Products: np.Products, Room: -1}
-		if np.LimitGPUs >= 0 {
-			p.Room = max(np.LimitGPUs-np.UsedGPUs, 0)
-		}
-		out = append(out, p)
+		out = append(out, Pool{Name: np.Name, Products: np.Products, Room: np.RoomGPUs()})
 	}
 	return out
 }
