@@ -349,7 +349,9 @@ type PodGroupStatus struct {
 	// Completed) or, for a scheduling.k8s.io PodGroup, Pending, Scheduled,
 	// or the reason kube-scheduler gave for not scheduling it
 	// (Unschedulable, SchedulerError), from its PodGroupInitiallyScheduled
-	// condition.
+	// condition. It explains a gang that is not Ready: empty while the
+	// cluster is Ready, because the scheduler moves its PodGroup on (to
+	// Running) on its own schedule, often after the pods are Ready.
 	// +optional
 	Phase string `json:"phase,omitempty"`
 	// MinMember is the gang size (a scheduling.k8s.io PodGroup's

@@ -380,6 +380,15 @@ func computeObserved(s *scope, old *gpulabv1alpha1.GPUClusterStatus, now metav1.
 	default:
 		next.Phase = gpulabv1alpha1.ClusterPending
 	}
+	if next.Phase == gpulabv1alpha1.ClusterReady && next.PodGroup != nil && next.PodGroup.Phase != "" {
+		// The PodGroup's phase explains a gang that waits; a Ready gang
+		// needs no explaining. Volcano moves its PodGroup to Running on its
+		// own schedule, often after the pods are Ready: mirroring that was
+		// one more status write per gang, and a stale mirror would mislead.
+		pg := *next.PodGroup
+		pg.Phase = ""
+		next.PodGroup = &pg
+	}
 	return next
 }
 

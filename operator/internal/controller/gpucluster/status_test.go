@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,5 +81,43 @@ func TestStatusOfADeletedClusterIsNoError(t *testing.T) {
 	}})
 	if err := write(refused); !apierrors.IsServiceUnavailable(err) {
 		t.Errorf("a refused status write: %v, want its error", err)
+	}
+}
+
+// TestReadyGangNeedsNoPodGroupPhase: the PodGroup's phase explains a gang
+// that waits. Once every pod is Ready the status leaves it empty, so
+// Volcano moving its PodGroup to Running after the Ready write changes
+// nothing the status says and costs no write; a gang that stops being
+// Ready shows the phase again.
+func TestReadyGangNeedsNoPodGroupPhase(t *testing.T) {
+	c := testCluster(2)
+	c.Generation = 1
+	desired := buildDesired(c, fleet(2), nil, scheduler.For(c.Spec.Scheduling.Scheduler), nil)
+	var pods []corev1.Pod
+	for _, want := range desired.pods {
+		p := *want.DeepCopy()
+		p.Spec.NodeName = "node-0"
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		pods = append(pods, p)
+	}
+	observe := func(phase string, pods []corev1.Pod) *scope {
+		return &scope{cluster: c, desired: desired, pods: pods, podsListed: true,
+			podGroup: &gpulabv1alpha1.PodGroupStatus{Name: c.Name + "-pg", Phase: phase, MinMember: 3}}
+	}
+	now := metav1.Now()
+
+	ready := computeStatus(observe("Inqueue", pods), &gpulabv1alpha1.GPUClusterStatus{}, now)
+	if ready.Phase != gpulabv1alpha1.ClusterReady || ready.PodGroup == nil || ready.PodGroup.Phase != "" || ready.PodGroup.MinMember != 3 {
+		t.Fatalf("a Ready gang's status: phase %s, podGroup %+v; want Ready, the PodGroup without its phase", ready.Phase, ready.PodGroup)
+	}
+	if later := computeStatus(observe("Running", pods), &ready, now); !equality.Semantic.DeepEqual(later, ready) {
+		t.Errorf("the PodGroup reaching Running after Ready changed the status (one more write):\n%+v\n%+v", ready, later)
+	}
+
+	notReady := append([]corev1.Pod(nil), pods...)
+	notReady[0].Status.Conditions = nil
+	if got := computeStatus(observe("Running", notReady), &ready, now); got.Phase == gpulabv1alpha1.ClusterReady || got.PodGroup.Phase != "Running" {
+		t.Errorf("a gang no longer Ready: phase %s, podGroup %+v; want the PodGroup's phase Running", got.Phase, got.PodGroup)
 	}
 }
