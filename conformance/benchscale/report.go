@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpulab/gpulab/conformance/bench"
+	"github.com/gpulab/gpulab/conformance/profile"
 	"github.com/gpulab/gpulab/conformance/results"
 )
 
@@ -224,8 +225,8 @@ func WriteReport(dir string, points []Point) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# gpulab operator scaling, %s\n\nN gangs (1 head + 2 workers x 4 GPUs) created at once on a local testbed of ~1.25 N nodes, "+
-		"one testbed per N; the operator at 16 reconcile workers, QPS 200 / burst 400, pprof on. Profiles are in n-<N>/.\n\n%s\n",
-		time.Now().UTC().Format("2006-01-02"), Markdown(points))
+		"one testbed per N; the operator at its defaults (%d reconcile workers, QPS %d / burst %d), pprof on. Profiles are in n-<N>/.\n\n%s\n",
+		time.Now().UTC().Format("2006-01-02"), profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst, Markdown(points))
 	for _, pl := range plots {
 		var series []Series
 		for _, c := range pl.series {

@@ -23,14 +23,14 @@ import (
 // ReconcileConcurrency is gpulab-operator's default --reconcile-concurrency,
 // which the suite runs it at (what is benchmarked is what ships); KubeRay
 // beside it gets the same.
-const ReconcileConcurrency = 16
+const ReconcileConcurrency = 64
 
 // OperatorQPS and OperatorBurst are gpulab-operator's default client
 // limits (--kube-api-qps, --kube-api-burst); KubeRay beside it gets the
 // same, so that no side waits on its own client's rate limiter.
 const (
-	OperatorQPS   = 200
-	OperatorBurst = 400
+	OperatorQPS   = 1000
+	OperatorBurst = 2000
 )
 
 // OperatorProcess is one gpulab-operator replica run as a local process,

@@ -108,11 +108,12 @@ const DefaultStatusCoalesce = time.Second
 
 // DefaultFirstStatusDelay is how long a new cluster's first status waits
 // while all it says is that the gang is on its way. Most gangs are Ready
-// sooner, even in a burst of a hundred, so their first status write is
-// the one that says Ready; a verdict (cannot fit, invalid, an error) is
-// written at once, and kubectl shows a cluster without a phase for at
-// most this long.
-const DefaultFirstStatusDelay = 10 * time.Second
+// sooner, even in a burst of three hundred on two cores, so their first
+// status write is the one that says Ready; a verdict (cannot fit,
+// invalid, waiting for nodes, an error) is written at once, and kubectl
+// shows a cluster without a phase for at most this long. At 10 s, half of
+// such a burst wrote a status in the middle of its binding.
+const DefaultFirstStatusDelay = 30 * time.Second
 
 // progressConditions change as a healthy gang comes up; the Ready
 // condition and the phase carry the verdict.
