@@ -145,7 +145,7 @@ func TestDefaultsMatchKustomize(t *testing.T) {
 		same(t, "livenessProbe", gc.LivenessProbe, wc.LivenessProbe)
 		same(t, "readinessProbe", gc.ReadinessProbe, wc.ReadinessProbe)
 		// The chart passes the operator's own defaults explicitly too.
-		same(t, "args", gc.Args, append(slices.Clone(wc.Args), "--kube-api-qps=200", "--kube-api-burst=400", "--zap-log-level=info"))
+		same(t, "args", gc.Args, append(slices.Clone(wc.Args), "--kube-api-qps=1000", "--kube-api-burst=2000", "--zap-log-level=info"))
 		anti := gs.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
 		if len(anti) != 1 || anti[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" ||
 			!reflect.DeepEqual(anti[0].PodAffinityTerm.LabelSelector.MatchLabels, got.Spec.Selector.MatchLabels) {
