@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -64,7 +66,9 @@ func (t *Testbed) Client() (client.Client, error) {
 }
 
 // installCRDs server-side applies every CRD in the given folders and waits
-// until the API server serves them.
+// until the API server serves them: Established, and their kinds known to
+// the client's discovery, which can lag behind Established under load
+// ("no matches for kind KWOKNodeClass" right after its CRD was Established).
 func installCRDs(ctx context.Context, c client.Client, dirs ...string) error {
 	var names []string
 	for _, dir := range dirs {
@@ -79,18 +83,30 @@ func installCRDs(ctx context.Context, c client.Client, dirs ...string) error {
 			names = append(names, obj.GetName())
 		}
 	}
-	return poll(ctx, crdTimeout, func(ctx context.Context) (bool, error) {
-		for _, name := range names {
-			var crd apiextensionsv1.CustomResourceDefinition
-			if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
-				return false, client.IgnoreNotFound(err)
-			}
-			if !crdEstablished(&crd) {
+	return poll(ctx, crdTimeout, func(ctx context.Context) (bool, error) { return crdsServed(ctx, c, names) })
+}
+
+// crdsServed says whether every named CRD is Established and its kind maps
+// to a resource through c's RESTMapper, which reloads a group's discovery on
+// each miss.
+func crdsServed(ctx context.Context, c client.Client, names []string) (bool, error) {
+	for _, name := range names {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if !crdEstablished(&crd) {
+			return false, nil
+		}
+		gk := schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}
+		if _, err := c.RESTMapper().RESTMapping(gk); err != nil {
+			if meta.IsNoMatchError(err) {
 				return false, nil
 			}
+			return false, err
 		}
-		return true, nil
-	})
+	}
+	return true, nil
 }
 
 func crdEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -272,24 +271,10 @@ func karpenterCRDDirs(bin *binaries.Karpenter) []string {
 	}
 }
 
-// applyKarpenterObjects creates the KWOKNodeClass and the NodePool. Their
-// CRDs are Established, but the API server's discovery can lag behind
-// that under load, so a kind discovery does not serve yet is asked for
-// again until crdTimeout.
+// applyKarpenterObjects creates the KWOKNodeClass and the NodePool.
 func applyKarpenterObjects(ctx context.Context, c client.Client, fleet Fleet, maxGPUs int) error {
 	for _, obj := range []*unstructured.Unstructured{karpenterNodeClassObject(), karpenterNodePoolObject(fleet, maxGPUs)} {
-		var last error
-		err := poll(ctx, crdTimeout, func(ctx context.Context) (bool, error) {
-			last = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldManager), client.ForceOwnership)
-			if meta.IsNoMatchError(last) {
-				return false, nil
-			}
-			return true, last
-		})
-		if err != nil && meta.IsNoMatchError(last) {
-			err = errors.Join(err, last) // timed out: say what discovery answered
-		}
-		if err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
