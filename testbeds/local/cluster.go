@@ -87,8 +87,8 @@ func installCRDs(ctx context.Context, c client.Client, dirs ...string) error {
 }
 
 // crdsServed says whether every named CRD is Established and its kind maps
-// to a resource through c's RESTMapper, which reloads a group's discovery on
-// each miss.
+// to a resource, in every served version, through c's RESTMapper, which
+// reloads a group version's discovery on each miss.
 func crdsServed(ctx context.Context, c client.Client, names []string) (bool, error) {
 	for _, name := range names {
 		var crd apiextensionsv1.CustomResourceDefinition
@@ -99,11 +99,18 @@ func crdsServed(ctx context.Context, c client.Client, names []string) (bool, err
 			return false, nil
 		}
 		gk := schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}
-		if _, err := c.RESTMapper().RESTMapping(gk); err != nil {
-			if meta.IsNoMatchError(err) {
-				return false, nil
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
 			}
-			return false, err
+			// By version: asked for a group only, the mapper may answer
+			// from a group list cached before this CRD added a version.
+			if _, err := c.RESTMapper().RESTMapping(gk, v.Name); err != nil {
+				if meta.IsNoMatchError(err) {
+					return false, nil
+				}
+				return false, err
+			}
 		}
 	}
 	return true, nil

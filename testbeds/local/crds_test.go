@@ -39,7 +39,8 @@ func TestCRDsServedWaitsForDiscovery(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "kwoknodeclasses.karpenter.kwok.sh"},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: gv.Group, Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "KWOKNodeClass", Plural: "kwoknodeclasses"},
-			Scope: apiextensionsv1.ClusterScoped,
+			Scope:    apiextensionsv1.ClusterScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: gv.Version, Served: true, Storage: true}},
 		},
 		Status: apiextensionsv1.CustomResourceDefinitionStatus{Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
 			{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue},
