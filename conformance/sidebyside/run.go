@@ -35,18 +35,24 @@ type Options struct {
 	// Scales are the gang counts created at once, one testbed each
 	// (default DefaultScales).
 	Scales []int
+	// Limits are what each operator runs at (ParseLimits; the zero value
+	// is LimitsSame).
+	Limits OperatorLimits
 }
 
 func (o *Options) defaults() error {
 	if len(o.Scales) == 0 {
 		o.Scales = DefaultScales
 	}
+	if o.Limits.Mode == "" {
+		o.Limits, _ = ParseLimits(LimitsSame)
+	}
 	return errors.Join(bench.CheckScales(o.Scales), o.RoundOptions.Defaults(), o.Options.Defaults(DefaultTestbedName))
 }
 
 // Run measures, at each scale on a testbed of its own, the floor (the
-// suite's bare gangs, no operator), gpulab's operator and KubeRay's with
-// the same reconcile concurrency and client limits, each side through the
+// suite's bare gangs, no operator), gpulab's operator and KubeRay's at
+// opts.Limits (by default both at gpulab's shipped limits), each side through the
 // suite's latency feature, round by round in rotating order after an
 // uncounted warm-up round, and writes report.md. It fails when a run
 // fails or the sides did not measure the same gangs.
@@ -60,11 +66,11 @@ func Run(ctx context.Context, opts Options) (string, error) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "# gpulab vs KubeRay vs the floor, side by side\n\n"+
 		"Each scale: N gangs (1 head + 2 workers x 4 GPUs) created at once, on one local testbed; a warm-up round (each side once, not counted), "+
-		"then %d rounds in rotating order. Both operators run at %d reconcile workers, client QPS %d / burst %d; the floor is the suite's own "+
+		"then %d rounds in rotating order. %s The floor is the suite's own "+
 		"`--workload=bare` gangs: the objects gpulab's operator would create, made by an ideal operator (each gang's children the moment it exists, "+
 		"all gangs at once, an unlimited client, one status write when its pods are Ready). burst_makespan is first create to last Ready. "+
 		"Ranges are over the rounds; a ratio is of the medians, with its 95%% bootstrap interval over the rounds.\n", opts.Rounds,
-		profile.ReconcileConcurrency, profile.OperatorQPS, profile.OperatorBurst)
+		opts.Limits.describe())
 	var errs []error
 	for _, n := range opts.Scales {
 		runs, nodes, err := runScale(ctx, opts, n)
@@ -86,12 +92,13 @@ func Run(ctx context.Context, opts Options) (string, error) {
 }
 
 // runScale is one scale's testbed, with KubeRay beside gpulab's operator
-// at the same limits, and its rounds.
+// at opts.Limits, and its rounds.
 func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.Results, int, error) {
 	out := filepath.Join(opts.Out, "n-"+strconv.Itoa(n))
-	bed, err := opts.Up(ctx, bench.BedOptions{Scale: n, Operator: profile.OperatorOptions{LogDir: out},
-		Testbed: local.Options{ReadyTimeout: 5 * time.Minute, KubeRay: true, KubeRayReconcileConcurrency: profile.ReconcileConcurrency,
-			KubeRayQPS: profile.OperatorQPS, KubeRayBurst: profile.OperatorBurst}})
+	kr := opts.Limits.KubeRay
+	bed, err := opts.Up(ctx, bench.BedOptions{Scale: n, Operator: profile.OperatorOptions{LogDir: out, Args: opts.Limits.GPULab.operatorArgs()},
+		Testbed: local.Options{ReadyTimeout: 5 * time.Minute, KubeRay: true, KubeRayReconcileConcurrency: kr.Workers,
+			KubeRayQPS: kr.QPS, KubeRayBurst: kr.Burst}})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -20,8 +20,13 @@ func main() {
 	scales := flag.String("scales", "100,300", "gang counts created at once, comma-separated, one testbed each")
 	flag.IntVar(&opts.Rounds, "rounds", bench.DefaultRounds, "counted runs per side and scale, the order rotating (at least 2)")
 	flag.BoolVar(&opts.NoWarmUp, "no-warm-up", false, "skip the uncounted warm-up round")
+	limits := flag.String("limits", sidebyside.LimitsSame, "what the operators run at: \"same\" (both at gpulab's shipped reconcile workers and client QPS/burst), "+
+		"\"shipped\" (each at its own shipped defaults) or WORKERS/QPS/BURST for both, e.g. 16/200/400")
 	cmd.Parse()
 	var err error
+	if opts.Limits, err = sidebyside.ParseLimits(*limits); err != nil {
+		cmd.Usage("--limits=%v", err)
+	}
 	if opts.Scales, err = bench.ParseScales(*scales); err != nil {
 		cmd.Usage("--scales=%q: want positive integers separated by commas (%v)", *scales, err)
 	}
