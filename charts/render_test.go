@@ -488,6 +488,13 @@ func TestOperatorAPIPriority(t *testing.T) {
 	if plc.Spec.Limited == nil || plc.Spec.Limited.NominalConcurrencyShares == nil || *plc.Spec.Limited.NominalConcurrencyShares != 40 {
 		t.Errorf("PriorityLevelConfiguration %s: want nominalConcurrencyShares 40", toYAML(plc.Spec))
 	}
+
+	// At the default shares, the chart renders what the kustomize
+	// component operator/config/apf ships.
+	r = render(t, ch, values(t, "operator: {apiPriority: {enabled: true}}"))
+	for _, o := range decodeFile(t, repo("operator/config/apf/flowschema.yaml")) {
+		same(t, o.GetKind()+" spec", r.find(t, o.GetKind(), o.GetName()).Object["spec"], o.Object["spec"])
+	}
 }
 
 // draOn turns the agent's DRA mode on, with another driver name.

@@ -31,6 +31,9 @@ type BedOptions struct {
 	// and created; Up sets Binary to Options.Operator, Kubeconfig to the
 	// testbed's and, where empty, Name to DefaultOperatorName.
 	Operator profile.OperatorOptions
+	// Identity is who the operator is to the API server: one of
+	// Identities; "" is IdentityAdmin.
+	Identity string
 }
 
 // Bed is a local testbed a benchmark brought up and the operator it runs
@@ -53,6 +56,9 @@ func (o Options) Up(ctx context.Context, bed BedOptions) (*Bed, error) {
 	}
 	if bed.Operator.LogDir == "" {
 		return nil, errors.New("the operator's log directory is required")
+	}
+	if err := CheckIdentity(bed.Identity); err != nil {
+		return nil, err
 	}
 	tbOpts := bed.Testbed
 	if tbOpts.Name == "" {
@@ -78,9 +84,12 @@ func (o Options) Up(ctx context.Context, bed BedOptions) (*Bed, error) {
 	if opOpts.Name == "" {
 		opOpts.Name = DefaultOperatorName
 	}
-	opOpts.Binary, opOpts.Kubeconfig, opOpts.SoleReplica = o.Operator, tb.Kubeconfig(), true
+	opOpts.Binary, opOpts.SoleReplica = o.Operator, true
 	if err := os.MkdirAll(opOpts.LogDir, 0o755); err != nil {
 		return nil, errors.Join(fmt.Errorf("the operator's log directory: %w", err), b.Down(ctx))
+	}
+	if opOpts.Kubeconfig, err = operatorKubeconfig(ctx, tb, bed.Identity, opOpts.LogDir); err != nil {
+		return nil, errors.Join(fmt.Errorf("the operator as %s on testbed %s: %w", bed.Identity, tb.Name(), err), b.Down(ctx))
 	}
 	if b.Operator, err = profile.StartOperator(ctx, opOpts); err != nil {
 		return nil, errors.Join(fmt.Errorf("starting %s on testbed %s: %w", opOpts.Name, tb.Name(), err), b.Down(ctx))

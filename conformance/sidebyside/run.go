@@ -38,6 +38,10 @@ type Options struct {
 	// Limits are what each operator runs at (ParseLimits; the zero value
 	// is LimitsSame).
 	Limits OperatorLimits
+	// Identity is who gpulab's operator is to the API server, one of
+	// bench.Identities (default bench.IdentityAdmin); KubeRay runs as the
+	// testbed's admin.
+	Identity string
 }
 
 func (o *Options) defaults() error {
@@ -47,7 +51,7 @@ func (o *Options) defaults() error {
 	if o.Limits.Mode == "" {
 		o.Limits, _ = ParseLimits(LimitsSame)
 	}
-	return errors.Join(bench.CheckScales(o.Scales), o.RoundOptions.Defaults(), o.Options.Defaults(DefaultTestbedName))
+	return errors.Join(bench.CheckScales(o.Scales), bench.CheckIdentity(o.Identity), o.RoundOptions.Defaults(), o.Options.Defaults(DefaultTestbedName))
 }
 
 // Run measures, at each scale on a testbed of its own, the floor (the
@@ -66,11 +70,11 @@ func Run(ctx context.Context, opts Options) (string, error) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "# gpulab vs KubeRay vs the floor, side by side\n\n"+
 		"Each scale: N gangs (1 head + 2 workers x 4 GPUs) created at once, on one local testbed; a warm-up round (each side once, not counted), "+
-		"then %d rounds in rotating order. %s The floor is the suite's own "+
+		"then %d rounds in rotating order. %s%s The floor is the suite's own "+
 		"`--workload=bare` gangs: the objects gpulab's operator would create, made by an ideal operator (each gang's children the moment it exists, "+
 		"all gangs at once, an unlimited client, one status write when its pods are Ready). burst_makespan is first create to last Ready. "+
 		"Ranges are over the rounds; a ratio is of the medians, with its 95%% bootstrap interval over the rounds.\n", opts.Rounds,
-		opts.Limits.describe())
+		opts.Limits.describe(), describeIdentity(opts.Identity))
 	var errs []error
 	for _, n := range opts.Scales {
 		runs, nodes, err := runScale(ctx, opts, n)
@@ -96,7 +100,8 @@ func Run(ctx context.Context, opts Options) (string, error) {
 func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.Results, int, error) {
 	out := filepath.Join(opts.Out, "n-"+strconv.Itoa(n))
 	kr := opts.Limits.KubeRay
-	bed, err := opts.Up(ctx, bench.BedOptions{Scale: n, Operator: profile.OperatorOptions{LogDir: out, Args: opts.Limits.GPULab.operatorArgs()},
+	bed, err := opts.Up(ctx, bench.BedOptions{Scale: n, Identity: opts.Identity,
+		Operator: profile.OperatorOptions{LogDir: out, Args: opts.Limits.GPULab.operatorArgs()},
 		Testbed: local.Options{ReadyTimeout: 5 * time.Minute, KubeRay: true, KubeRayReconcileConcurrency: kr.Workers,
 			KubeRayQPS: kr.QPS, KubeRayBurst: kr.Burst}})
 	if err != nil {

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 
 	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/sidebyside"
@@ -22,7 +23,12 @@ func main() {
 	flag.BoolVar(&opts.NoWarmUp, "no-warm-up", false, "skip the uncounted warm-up round")
 	limits := flag.String("limits", sidebyside.LimitsSame, "what the operators run at: \"same\" (both at gpulab's shipped reconcile workers and client QPS/burst), "+
 		"\"shipped\" (each at its own shipped defaults) or WORKERS/QPS/BURST for both, e.g. 16/200/400")
+	flag.StringVar(&opts.Identity, "operator-identity", bench.IdentityAdmin, fmt.Sprintf("who gpulab's operator is to the API server, one of %v: "+
+		"the testbed's admin (exempt from API Priority and Fairness), its shipped ServiceAccount and RBAC, or those with its shipped FlowSchema", bench.Identities))
 	cmd.Parse()
+	if err := bench.CheckIdentity(opts.Identity); err != nil {
+		cmd.Usage("--operator-identity: %v", err)
+	}
 	var err error
 	if opts.Limits, err = sidebyside.ParseLimits(*limits); err != nil {
 		cmd.Usage("--limits=%v", err)
