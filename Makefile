@@ -257,13 +257,14 @@ nightly: $(SUITE_BINARIES) ## Run the suite NIGHTLY_RUNS times (PROFILE=local|ki
 COMPARE_ROUNDS ?= 3
 COMPARE_SCALES ?= 100,300
 COMPARE_LIMITS ?= same
+COMPARE_IDENTITY ?= admin
 COMPARE_OUT    ?= $(CURDIR)/_artifacts/compare-operators
 .PHONY: compare-operators
-compare-operators: testbed-binaries-kuberay ## Measure the floor (no operator), gpulab's operator and KubeRay side by side (a testbed per COMPARE_SCALES, a warm-up and COMPARE_ROUNDS rotating rounds, the operators at COMPARE_LIMITS: same, shipped or WORKERS/QPS/BURST) and print the tables with intervals.
+compare-operators: testbed-binaries-kuberay ## Measure the floor (no operator), gpulab's operator and KubeRay side by side (a testbed per COMPARE_SCALES, a warm-up and COMPARE_ROUNDS rotating rounds, the operators at COMPARE_LIMITS: same, shipped or WORKERS/QPS/BURST, gpulab's as COMPARE_IDENTITY: admin, serviceaccount or serviceaccount-apf) and print the tables with intervals.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-operator ./operator/cmd/gpulab-operator
 	$(GO) test -c -ldflags "$(LDFLAGS)" -o $(BIN)/gpulab-conformance ./conformance
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/compare-operators ./conformance/cmd/compare-operators
-	$(BIN)/compare-operators --scales=$(COMPARE_SCALES) --rounds=$(COMPARE_ROUNDS) --limits=$(COMPARE_LIMITS) --suite=$(BIN)/gpulab-conformance \
+	$(BIN)/compare-operators --scales=$(COMPARE_SCALES) --rounds=$(COMPARE_ROUNDS) --limits=$(COMPARE_LIMITS) --operator-identity=$(COMPARE_IDENTITY) --suite=$(BIN)/gpulab-conformance \
 		--operator-binary=$(BIN)/gpulab-operator --out=$(COMPARE_OUT)
 
 SCHEDULERS_SCALE    ?= 100
