@@ -81,11 +81,14 @@ func Run(ctx context.Context, opts Options) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		rows := Operators.Rows(runs)
+		rows := Operators.Rows(runs.results)
 		fmt.Fprintf(&report, "\n## N=%d (%d nodes)\n\n%s", n, nodes, Operators.Markdown(rows))
+		fmt.Fprintf(&report, "\nCPU seconds each process spent during a side's suite run (setup, burst, cleanup; both operators run on every side), range over the rounds:\n\n%s",
+			runs.cpu.markdown(Operators.Sides))
 		fmt.Fprintf(opts.Log, "\nside by side, N=%d:\n", n)
 		Operators.Print(opts.Log, rows)
-		if err := Operators.CheckSameGangs(runs); err != nil {
+		fmt.Fprintf(opts.Log, "\nCPU seconds per suite run, N=%d:\n%s", n, runs.cpu.markdown(Operators.Sides))
+		if err := Operators.CheckSameGangs(runs.results); err != nil {
 			errs = append(errs, fmt.Errorf("at %d gangs: %w", n, err))
 		}
 	}
@@ -97,7 +100,7 @@ func Run(ctx context.Context, opts Options) (string, error) {
 
 // runScale is one scale's testbed, with KubeRay beside gpulab's operator
 // at opts.Limits, and its rounds.
-func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.Results, int, error) {
+func runScale(ctx context.Context, opts Options, n int) (scaleRuns, int, error) {
 	out := filepath.Join(opts.Out, "n-"+strconv.Itoa(n))
 	kr := opts.Limits.KubeRay
 	bed, err := opts.Up(ctx, bench.BedOptions{Scale: n, Identity: opts.Identity,
@@ -105,24 +108,29 @@ func runScale(ctx context.Context, opts Options, n int) (map[string][]*results.R
 		Testbed: local.Options{ReadyTimeout: 5 * time.Minute, KubeRay: true, KubeRayReconcileConcurrency: kr.Workers,
 			KubeRayQPS: kr.QPS, KubeRayBurst: kr.Burst}})
 	if err != nil {
-		return nil, 0, err
+		return scaleRuns{}, 0, err
 	}
 	defer func() { _ = bed.Down(ctx) }()
 	st, err := bed.Testbed.Status(ctx)
 	if err != nil {
-		return nil, 0, err
+		return scaleRuns{}, 0, err
 	}
 	metrics := map[string]string{
 		gpulabSide: bed.Operator.MetricsURL(),
 		kuberay:    "http://127.0.0.1:" + strconv.Itoa(st.Ports.KubeRayMetrics) + "/metrics",
 	}
+	cpu := processCPU{}
 	runs, err := opts.InRounds(Workloads, func(name, w string) (*results.Results, error) {
 		fmt.Fprintf(opts.Log, "side by side: N=%d, %s, %s\n", n, strings.ReplaceAll(name, "-"+w, ""), w)
-		run, err := bed.RunSuite(ctx, bench.SuiteRun{Workload: w, OperatorMetricsURL: metrics[w], Out: filepath.Join(out, name)})
+		run, err := bed.RunSuite(ctx, bench.SuiteRun{Workload: w, OperatorMetricsURL: metrics[w], Out: filepath.Join(out, name),
+			CPU: bed.Processes()})
 		if err != nil {
 			return nil, fmt.Errorf("at %d gangs, %s: %w", n, name, err)
 		}
+		if !strings.HasPrefix(name, "warm-up") {
+			cpu.add(w, run.CPUSeconds)
+		}
 		return run.Results, nil
 	})
-	return runs, bed.Nodes, err
+	return scaleRuns{results: runs, cpu: cpu}, bed.Nodes, err
 }
