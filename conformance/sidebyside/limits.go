@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpulab/gpulab/conformance/bench"
 	"github.com/gpulab/gpulab/conformance/profile"
 )
 
@@ -96,16 +95,4 @@ func (o OperatorLimits) describe() string {
 		return fmt.Sprintf("Both operators run at gpulab's shipped defaults, %s.", gpulabShipped)
 	}
 	return fmt.Sprintf("Both operators run at %s.", o.GPULab)
-}
-
-// describeIdentity says, for the report, who gpulab's operator ran as when
-// it was not the testbed's admin.
-func describeIdentity(identity string) string {
-	switch identity {
-	case bench.IdentityServiceAccount:
-		return " gpulab's operator runs as its shipped ServiceAccount and RBAC, in API Priority and Fairness's workload-low level (KubeRay as the admin, exempt)."
-	case bench.IdentityServiceAccountAPF:
-		return " gpulab's operator runs as its shipped ServiceAccount and RBAC, with the shipped priority level and FlowSchema (operator/config/apf; KubeRay as the admin, exempt)."
-	}
-	return ""
 }

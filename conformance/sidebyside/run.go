@@ -134,3 +134,15 @@ func runScale(ctx context.Context, opts Options, n int) (scaleRuns, int, error) 
 	})
 	return scaleRuns{results: runs, cpu: cpu}, bed.Nodes, err
 }
+
+// describeIdentity says, for the report, who gpulab's operator ran as when
+// it was not the testbed's admin.
+func describeIdentity(identity string) string {
+	switch identity {
+	case bench.IdentityServiceAccount:
+		return " gpulab's operator runs as its shipped ServiceAccount and RBAC, in API Priority and Fairness's workload-low level (KubeRay as the admin, exempt)."
+	case bench.IdentityServiceAccountAPF:
+		return " gpulab's operator runs as its shipped ServiceAccount and RBAC, with the shipped priority level and FlowSchema (operator/config/apf; KubeRay as the admin, exempt)."
+	}
+	return ""
+}

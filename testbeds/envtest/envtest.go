@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -72,13 +73,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 			filepath.Join(set.VolcanoModuleDir, "config", "crd", "volcano", "bases"),
 		}
 	}
-	env := &crenvtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     append(slices.Clone(opts.CRDDirs), opts.ExtraCRDDirs...),
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme.Scheme,
-		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: scheme.Scheme},
-	}
+	env := newEnvironment(assets, append(slices.Clone(opts.CRDDirs), opts.ExtraCRDDirs...))
 	cfg, err := env.Start()
 	if err != nil {
 		// Start leaves etcd and the API server running when a later step
@@ -94,6 +89,27 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		return nil, err
 	}
 	return &Environment{Config: cfg, Client: c, env: env}, nil
+}
+
+// crdsServedTimeout bounds the wait until the API server serves the
+// installed CRDs. controller-runtime's default, 10 s, ran out once in
+// `make test` ("waiting for CRDs to appear as API resources: context
+// deadline exceeded"): four test packages, their API servers and the
+// suite's testbed share two cores there, and gpulab's CRDs, which embed
+// pod templates, take the API server a while to build. A server that
+// never serves them still fails, after this long.
+const crdsServedTimeout = 2 * time.Minute
+
+// newEnvironment is the controller-runtime environment Start runs: the
+// binaries in assets, the CRDs of crdDirs, gpulab's scheme.
+func newEnvironment(assets string, crdDirs []string) *crenvtest.Environment {
+	return &crenvtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     crdDirs,
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme.Scheme,
+		CRDInstallOptions:     crenvtest.CRDInstallOptions{Scheme: scheme.Scheme, MaxTime: crdsServedTimeout},
+	}
 }
 
 // AsUser is a config for another user of this API server (a client

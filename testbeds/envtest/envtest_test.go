@@ -87,3 +87,16 @@ func children(names ...string) []string {
 	}
 	return out
 }
+
+// TestCRDsHaveTimeToBeServed: Start waits for its CRDs to be served as
+// long as a loaded machine needs (crdsServedTimeout), not
+// controller-runtime's 10 s default, which ran out once in make test.
+func TestCRDsHaveTimeToBeServed(t *testing.T) {
+	env := newEnvironment("/assets", []string{"/crds"})
+	if got := env.CRDInstallOptions.MaxTime; got < time.Minute {
+		t.Errorf("Start waits %s (0: controller-runtime's 10 s) for its CRDs to be served; 10 s ran out under load", got)
+	}
+	if !env.ErrorIfCRDPathMissing || env.CRDInstallOptions.Scheme == nil || env.BinaryAssetsDirectory != "/assets" {
+		t.Errorf("environment %+v: want the assets, a scheme and missing CRD paths refused", env)
+	}
+}

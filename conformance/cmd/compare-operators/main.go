@@ -31,7 +31,7 @@ func main() {
 	}
 	var err error
 	if opts.Limits, err = sidebyside.ParseLimits(*limits); err != nil {
-		cmd.Usage("--limits=%v", err)
+		cmd.Usage("--limits: %v", err)
 	}
 	if opts.Scales, err = bench.ParseScales(*scales); err != nil {
 		cmd.Usage("--scales=%q: want positive integers separated by commas (%v)", *scales, err)
