@@ -9,7 +9,7 @@ import (
 )
 
 // Limits are an operator's reconcile workers and its API client's QPS and
-// burst. A zero field keeps that operator's own default.
+// burst; the zero Limits keeps that operator's own defaults.
 type Limits struct {
 	Workers int
 	QPS     float64
@@ -26,8 +26,9 @@ const (
 	LimitsShipped = "shipped"
 )
 
-// KubeRay's own defaults (ray-operator v1.6.2, apis/config/v1alpha1):
-// what LimitsShipped gives it, named in the report.
+// KubeRay's own defaults (ray-operator v1.6.2, apis/config/v1alpha1),
+// which it runs at under LimitsShipped (no flag is passed); the report
+// names them.
 var kubeRayShipped = Limits{Workers: 1, QPS: 100, Burst: 200}
 
 // gpulab's shipped defaults, the binary's and the chart's.
