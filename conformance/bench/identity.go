@@ -1,11 +1,9 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 
@@ -13,14 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/internal/manifest"
 	"github.com/gpulab/gpulab/internal/repo"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/local"
@@ -133,20 +130,14 @@ func applyKustomization(ctx context.Context, c client.Client, dir string) error 
 		}
 		return fmt.Errorf("kubectl kustomize %s: %w", dir, err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("decoding %s: %w", dir, err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
+	objs, err := manifest.Decode(out)
+	if err != nil {
+		return fmt.Errorf("decoding %s: %w", dir, err)
+	}
+	for _, obj := range objs {
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("gpulab-bench"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s from %s: %w", obj.GetKind(), obj.GetName(), dir, err)
 		}
 	}
+	return nil
 }

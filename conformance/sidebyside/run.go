@@ -81,13 +81,12 @@ func Run(ctx context.Context, opts Options) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		rows := Operators.Rows(runs.results)
+		rows, cpu := Operators.Rows(runs.results), runs.cpu.markdown(Operators.Sides)
 		fmt.Fprintf(&report, "\n## N=%d (%d nodes)\n\n%s", n, nodes, Operators.Markdown(rows))
-		fmt.Fprintf(&report, "\nCPU seconds each process spent during a side's suite run (setup, burst, cleanup; both operators run on every side), range over the rounds:\n\n%s",
-			runs.cpu.markdown(Operators.Sides))
+		fmt.Fprintf(&report, "\nCPU seconds each process spent during a side's suite run (setup, burst, cleanup; both operators run on every side), range over the rounds:\n\n%s", cpu)
 		fmt.Fprintf(opts.Log, "\nside by side, N=%d:\n", n)
 		Operators.Print(opts.Log, rows)
-		fmt.Fprintf(opts.Log, "\nCPU seconds per suite run, N=%d:\n%s", n, runs.cpu.markdown(Operators.Sides))
+		fmt.Fprintf(opts.Log, "\nCPU seconds per suite run, N=%d:\n%s", n, cpu)
 		if err := Operators.CheckSameGangs(runs.results); err != nil {
 			errs = append(errs, fmt.Errorf("at %d gangs: %w", n, err))
 		}

@@ -3,18 +3,16 @@ package kind
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpulab/gpulab/internal/manifest"
 	"github.com/gpulab/gpulab/testbeds/binaries"
 	"github.com/gpulab/gpulab/testbeds/kind/images"
 	"github.com/gpulab/gpulab/testbeds/kind/internal/command"
@@ -202,16 +200,12 @@ func volcanoManifest(path, version string) ([]byte, error) {
 	}
 	images := map[string]string{"volcano-scheduler": VolcanoSchedulerImage(version), "volcano-controllers": VolcanoControllerImage(version)}
 	var out bytes.Buffer
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, fmt.Errorf("parsing Volcano's manifest: %w", err)
-		}
-		if len(obj.Object) == 0 || strings.HasPrefix(obj.GetName(), "volcano-admission") || strings.HasSuffix(obj.GetKind(), "WebhookConfiguration") {
+	objs, err := manifest.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("parsing Volcano's manifest: %w", err)
+	}
+	for _, obj := range objs {
+		if strings.HasPrefix(obj.GetName(), "volcano-admission") || strings.HasSuffix(obj.GetKind(), "WebhookConfiguration") {
 			continue
 		}
 		if image, ok := images[obj.GetName()]; ok && obj.GetKind() == "Deployment" {

@@ -1,11 +1,8 @@
 package local
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,11 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpulab/gpulab/internal/manifest"
 	"github.com/gpulab/gpulab/internal/scheme"
 )
 
@@ -140,19 +137,11 @@ func readManifests(dir string) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, fmt.Errorf("decoding %s: %w", f, err)
-			}
-			if len(obj.Object) > 0 {
-				objs = append(objs, obj)
-			}
+		decoded, err := manifest.Decode(data)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", f, err)
 		}
+		objs = append(objs, decoded...)
 	}
 	return objs, nil
 }
